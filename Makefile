@@ -1,0 +1,59 @@
+# The commands users type. Everything installs itself into .venv on first use.
+#   make lab      set up (first time) and open JupyterLab on notebooks/
+#   make test     set up (first time) and run every test: unit, authoring, checks, nbval x2
+#   make grade SUBMISSIONS="path ..." OUT=grades
+
+PYTHON_SYSTEM ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Tests and reference outputs use the built-in data, never a cache of the machine they run on.
+TEST_ENV := COURSE_FAST=1 COURSE_OFFLINE=1 KERAS_HOME=$(CURDIR)/.cache/keras-test MPLBACKEND=Agg
+NBVAL := $(PY) -m pytest --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
+         --nbval-cell-timeout=600 --durations=0 -p no:cacheprovider solutions
+
+.PHONY: setup lab test unit nbval nbval-default nbval-mirrored notebooks check outputs grade bench clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -n "$(PYTHON_SYSTEM)" || (echo "Python 3.11 is needed (python3.11 or python3 on PATH)"; exit 1)
+	@test -x $(PY) || $(PYTHON_SYSTEM) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	@touch $(STAMP)
+
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks/
+
+notebooks: setup
+	$(PY) -m course_utils.authoring build
+
+check: setup
+	$(PY) -m course_utils.authoring check
+
+outputs: setup
+	$(TEST_ENV) $(PY) -m course_utils.authoring outputs $(NB)
+
+unit: setup
+	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider --durations=10 tests
+
+nbval-default: setup
+	$(TEST_ENV) COURSE_STRATEGY=default $(NBVAL)
+
+nbval-mirrored: setup
+	$(TEST_ENV) COURSE_STRATEGY=mirrored COURSE_REPLICAS=2 $(NBVAL)
+
+nbval: nbval-default nbval-mirrored
+
+test: check unit nbval
+
+grade: setup
+	$(PY) -m course_utils.grade $(SUBMISSIONS) --out $(or $(OUT),grades)
+
+bench: setup
+	$(PY) -m course_utils.bench
+
+clean:
+	rm -rf solutions/scratch notebooks/scratch .cache/keras-test

@@ -1,0 +1,63 @@
+"""course_utils: the helper package of the Distributed TensorFlow course kit.
+
+Importing it starts nothing: no TensorFlow import, no device initialisation, no network. Each
+name below is loaded from its module the first time it is used.
+
+Where each helper is taught:
+
+* :func:`setup`, :func:`report` - notebook 00 (every notebook's set-up cell calls ``setup``)
+* :func:`use_virtual_cpus`, :func:`get_strategy`, :func:`describe` - notebooks 00 and 02
+* :func:`load_fashion_mnist`, :func:`load_mnist`, :func:`make_pipelines` - notebooks 03 and 04
+* :func:`custom_training_cnn`, :func:`keras_tutorial_cnn` - notebooks 03 and 04
+* :func:`run_python` - demonstrations that need their own replica count (00, 04)
+* :func:`scratch_dir` - every notebook that writes files
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "setup": "runtime",
+    "report": "runtime",
+    "settings": "config",
+    "fast_or": "config",
+    "STRATEGY_KINDS": "config",
+    "use_virtual_cpus": "devices",
+    "get_strategy": "strategies",
+    "describe": "strategies",
+    "connect_tpu": "strategies",
+    "load_fashion_mnist": "data",
+    "load_mnist": "data",
+    "make_pipelines": "data",
+    "custom_training_cnn": "models",
+    "keras_tutorial_cnn": "models",
+    "plot_history": "plots",
+    "show_images": "plots",
+    "scratch_dir": "scratch",
+    "run_python": "processes",
+    "run_for_replicas": "processes",
+    "CourseError": "errors",
+    "ConfigError": "errors",
+    "ReplicaCountError": "errors",
+    "NoTPUError": "errors",
+    "ExerciseError": "errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'course_utils' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

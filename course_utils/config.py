@@ -1,0 +1,115 @@
+"""The ``COURSE_*`` environment variables, parsed and validated in one place.
+
+| variable          | values                                   | meaning                                  |
+|-------------------|------------------------------------------|------------------------------------------|
+| ``COURSE_STRATEGY`` | ``auto`` (default) or a kind of :data:`STRATEGY_KINDS` | what :func:`course_utils.get_strategy` returns |
+| ``COURSE_REPLICAS`` | integer >= 1                             | virtual CPUs to simulate without an accelerator |
+| ``COURSE_FAST``     | ``1``                                    | small data and few steps (CI, live demos) |
+| ``COURSE_OFFLINE``  | ``1``                                    | never touch the network                   |
+
+Reading the settings never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping, Optional, TypeVar
+
+from .errors import ConfigError
+
+#: Every value ``COURSE_STRATEGY`` (or ``get_strategy(kind=...)``) accepts.
+STRATEGY_KINDS: tuple[str, ...] = (
+    "auto",
+    "default",
+    "one_device",
+    "mirrored",
+    "central_storage",
+    "multi_worker",
+    "tpu",
+)
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+T = TypeVar("T")
+
+
+def parse_kind(value: Optional[str]) -> str:
+    """Normalise a strategy kind (``"Mirrored"`` -> ``"mirrored"``) or raise :class:`ConfigError`."""
+    if value is None or value.strip() == "":
+        return "auto"
+    kind = value.strip().lower().replace("-", "_")
+    if kind not in STRATEGY_KINDS:
+        raise ConfigError(
+            f"Unknown strategy {value!r}. Choose one of: {', '.join(STRATEGY_KINDS)}."
+        )
+    return kind
+
+
+def parse_replicas(value: object, source: str = "COURSE_REPLICAS") -> Optional[int]:
+    """Parse a replica count: ``None``/empty means "not set"; anything but an integer >= 1 raises."""
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(f"{source} must be a whole number of replicas >= 1, not {value!r}.")
+    try:
+        number = int(str(value).strip()) if not isinstance(value, int) else value
+    except ValueError:
+        raise ConfigError(
+            f"{source}={value!r} is not a number. Set it to a whole number of replicas >= 1, "
+            "for example COURSE_REPLICAS=2."
+        ) from None
+    if number < 1:
+        raise ConfigError(
+            f"{source}={value!r}: a strategy needs at least 1 replica. "
+            "Use 1 for a single device or 2 or more to see distribution."
+        )
+    return number
+
+
+def parse_flag(value: Optional[str], name: str) -> bool:
+    """Parse an on/off variable such as ``COURSE_FAST=1``."""
+    text = (value or "").strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"{name}={value!r}: use 1 to turn it on or 0 (or nothing) to turn it off.")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The course settings in force, read from the environment by :func:`settings`."""
+
+    strategy: str = "auto"
+    replicas: Optional[int] = None
+    fast: bool = False
+    offline: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "COURSE_STRATEGY": self.strategy,
+            "COURSE_REPLICAS": self.replicas if self.replicas is not None else "(not set)",
+            "COURSE_FAST": int(self.fast),
+            "COURSE_OFFLINE": int(self.offline),
+        }
+
+
+def settings(environ: Optional[Mapping[str, str]] = None) -> Settings:
+    """Read and validate the ``COURSE_*`` variables (from ``os.environ`` unless given)."""
+    env = os.environ if environ is None else environ
+    return Settings(
+        strategy=parse_kind(env.get("COURSE_STRATEGY")),
+        replicas=parse_replicas(env.get("COURSE_REPLICAS")),
+        fast=parse_flag(env.get("COURSE_FAST"), "COURSE_FAST"),
+        offline=parse_flag(env.get("COURSE_OFFLINE"), "COURSE_OFFLINE"),
+    )
+
+
+def fast_or(full: T, fast: T) -> T:
+    """Return ``fast`` when ``COURSE_FAST=1`` is set, else ``full``.
+
+    Notebooks use it for sizes and epochs: ``epochs = fast_or(10, 2)``.
+    """
+    return fast if settings().fast else full

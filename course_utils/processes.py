@@ -1,0 +1,91 @@
+"""Running a piece of Python in a fresh process.
+
+TensorFlow fixes its device list when it starts, so a demonstration that needs a particular
+number of replicas (1, 2 and 4 side by side, or a bug that only appears on 2) runs in a process of
+its own. Its output is then the same whatever strategy the notebook itself runs under.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from .errors import CourseError
+
+#: Environment that keeps TensorFlow's start-up chatter out of the captured output.
+QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": ""}
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """What a fresh process printed and how it ended."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def last_error_line(self) -> str:
+        """The last line of stderr that names an exception (``...Error: ...``), or ''."""
+        for line in reversed(self.stderr.strip().splitlines()):
+            if "Error" in line or "Exception" in line:
+                return line.strip()
+        return ""
+
+
+def run_python(
+    code: str,
+    *,
+    replicas: Optional[int] = None,
+    env: Optional[Mapping[str, str]] = None,
+    timeout: float = 300.0,
+) -> ProcessResult:
+    """Run ``code`` in a new Python process and return what it printed.
+
+    ``replicas`` sets ``COURSE_REPLICAS`` for that process (call
+    ``course_utils.use_virtual_cpus`` or ``get_strategy`` inside ``code`` to use it). ``env``
+    adds or overrides variables. A process still running after ``timeout`` seconds is killed and
+    :class:`CourseError` is raised.
+    """
+    full_env = {**os.environ, **QUIET_TF}
+    if replicas is not None:
+        full_env["COURSE_REPLICAS"] = str(replicas)
+    if env:
+        full_env.update(env)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            capture_output=True,
+            text=True,
+            env=full_env,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise CourseError(f"The process did not finish within {timeout:.0f} s and was stopped.") from None
+    return ProcessResult(done.returncode, done.stdout, done.stderr)
+
+
+def run_for_replicas(
+    code: str,
+    counts: tuple[int, ...] = (1, 2, 4),
+    *,
+    env: Optional[Mapping[str, str]] = None,
+    timeout: float = 300.0,
+) -> dict[int, ProcessResult]:
+    """Run the same ``code`` once per replica count, each in a fresh process, side by side.
+
+    Each process gets ``COURSE_REPLICAS=n``; the processes run at the same time, so three
+    TensorFlow start-ups cost about as long as one on a machine with spare cores.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(counts)) as pool:
+        futures = {n: pool.submit(run_python, code, replicas=n, env=env, timeout=timeout) for n in counts}
+        return {n: future.result() for n, future in futures.items()}

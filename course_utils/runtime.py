@@ -1,0 +1,147 @@
+"""The runtime: quiet TensorFlow start-up, the notebook set-up call and the runtime report."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import platform
+import sys
+import warnings
+from typing import Any, Iterator, Optional
+
+from .config import Settings, settings
+from .devices import in_ci, in_colab, physical_devices, use_virtual_cpus
+
+#: The TensorFlow version this course was tested on; older ones get one plain warning.
+TESTED_TENSORFLOW = (2, 21)
+#: The oldest TensorFlow the course supports (Keras 3 became the default in 2.16).
+MINIMUM_TENSORFLOW = (2, 16)
+
+_warned_version = False
+
+
+@contextlib.contextmanager
+def _stderr_to_devnull() -> Iterator[None]:
+    """Silence file descriptor 2 for a moment (TensorFlow's C++ start-up lines are written there
+    before its logging can be configured, and would land in every notebook's first output)."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no real stderr (some embedded runtimes): nothing to silence
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            sys.stderr.flush()
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def import_tensorflow() -> Any:
+    """Import TensorFlow without its start-up chatter and return the module."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    with _stderr_to_devnull():
+        import tensorflow as tf
+
+        physical_devices("GPU")  # the first device query prints CUDA probing lines on CPU machines
+    tf.get_logger().setLevel(logging.ERROR)
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    tf.autograph.set_verbosity(0)
+    return tf
+
+
+def _version_tuple(text: str) -> tuple[int, int]:
+    parts = (text.split("+")[0].split(".") + ["0", "0"])[:2]
+    try:
+        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+    except ValueError:
+        return (0, 0)
+
+
+def check_versions(tf_version: str, keras_version: str) -> Optional[str]:
+    """Return a one-line warning when the versions are older than the tested ones, else None."""
+    if not keras_version.startswith("3"):
+        return (
+            f"Keras {keras_version} is not Keras 3: this course teaches Keras 3 (unset "
+            "TF_USE_LEGACY_KERAS, or install TensorFlow 2.16 or newer)."
+        )
+    found = _version_tuple(tf_version)
+    if found < MINIMUM_TENSORFLOW:
+        return (
+            f"TensorFlow {tf_version} is older than 2.16, the oldest this course supports; "
+            "several cells will fail. Install tensorflow>=2.16."
+        )
+    if found < TESTED_TENSORFLOW:
+        return (
+            f"Note: this course was tested on TensorFlow {TESTED_TENSORFLOW[0]}.{TESTED_TENSORFLOW[1]}; "
+            f"you have {tf_version}. Most cells work; where one does not, its error says why."
+        )
+    return None
+
+
+def report(*, show: bool = True) -> str:
+    """A compact table of this runtime: versions, devices, Colab or CI, the COURSE_* settings."""
+    global _warned_version
+    tf = import_tensorflow()
+    import keras
+
+    cpus = tf.config.list_physical_devices("CPU")
+    logical = tf.config.get_logical_device_configuration(cpus[0]) if cpus else None
+    gpus, tpus = physical_devices("GPU"), physical_devices("TPU")
+    where = "Google Colab" if in_colab() else "local Jupyter or Python"
+    if in_ci():
+        where += " (CI)"
+    env: Settings = settings()
+    rows = [
+        ("Python", platform.python_version()),
+        ("TensorFlow", tf.__version__),
+        ("Keras", keras.__version__),
+        (
+            "devices",
+            f"CPU x{len(cpus)} (split into {len(logical) if logical else 1} logical), "
+            f"GPU x{len(gpus)}, TPU x{len(tpus)}",
+        ),
+        ("runtime", where),
+        ("settings", "  ".join(f"{k}={v}" for k, v in env.as_dict().items())),
+    ]
+    width = max(len(k) for k, _ in rows)
+    rule = "-" * 72
+    text = "\n".join(
+        ["runtime report " + rule[15:]] + [f"{k:<{width}}  {v}" for k, v in rows] + [rule]
+    )
+    warning = check_versions(tf.__version__, keras.__version__)
+    if show:
+        print(text)
+        if warning and not _warned_version:
+            print(warning)
+    if warning:
+        _warned_version = True
+    return text
+
+
+def setup(*, seed: Optional[int] = 42, show_report: bool = True) -> Settings:
+    """What every notebook's set-up cell calls.
+
+    It reads and validates the ``COURSE_*`` settings, imports TensorFlow quietly, splits the CPU
+    into ``COURSE_REPLICAS`` virtual devices when there is no GPU and more than one replica is
+    asked for, seeds Python, NumPy and TensorFlow, and prints the runtime report. Safe to re-run.
+    """
+    env = settings()
+    tf = import_tensorflow()
+    warnings.filterwarnings("ignore", module="tensorflow_datasets")
+    if env.replicas and env.replicas > 1 and not physical_devices("GPU"):
+        use_virtual_cpus(env.replicas)
+    if seed is not None:
+        import keras
+
+        keras.utils.set_random_seed(seed)
+    del tf
+    if show_report:
+        report()
+    return env
