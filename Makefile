@@ -2,6 +2,7 @@
 #   make lab      set up (first time) and open JupyterLab on notebooks/
 #   make test     set up (first time) and run every test: unit, authoring, checks, nbval x2
 #   make grade SUBMISSIONS="path ..." OUT=grades
+# NB=03 limits outputs and nbval to the notebooks whose names start with 03.
 
 PYTHON_SYSTEM ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -10,7 +11,8 @@ STAMP := $(VENV)/.installed
 # Tests and reference outputs use the built-in data, never a cache of the machine they run on.
 TEST_ENV := COURSE_FAST=1 COURSE_OFFLINE=1 KERAS_HOME=$(CURDIR)/.cache/keras-test MPLBACKEND=Agg
 NBVAL := $(PY) -m pytest --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
-         --nbval-cell-timeout=600 --durations=0 -p no:cacheprovider solutions
+         --nbval-cell-timeout=600 --durations=0 -p no:cacheprovider \
+         $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),solutions)
 
 .PHONY: setup lab test unit nbval nbval-default nbval-mirrored notebooks check outputs grade bench clean
 

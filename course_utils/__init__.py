@@ -37,6 +37,8 @@ _EXPORTS = {
     "keras_tutorial_cnn": "models",
     "plot_history": "plots",
     "show_images": "plots",
+    "format_metrics": "progress",
+    "epoch_printer": "progress",
     "scratch_dir": "scratch",
     "run_python": "processes",
     "run_for_replicas": "processes",

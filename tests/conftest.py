@@ -1,0 +1,45 @@
+"""Shared set-up of the unit tests.
+
+TensorFlow fixes its devices when it starts, so this process splits its CPU into two virtual
+devices once, at the start of the session: every test can then build a 2-replica
+``MirroredStrategy`` (tests that need another count, or a TensorFlow that has not started yet,
+run in a fresh process with ``course_utils.run_python``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_REPLICAS = 2
+
+os.environ.setdefault("COURSE_OFFLINE", "1")
+os.environ.setdefault("COURSE_FAST", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from course_utils.runtime import import_tensorflow
+    from course_utils.devices import use_virtual_cpus
+
+    tf = import_tensorflow()
+    use_virtual_cpus(TEST_REPLICAS)
+    tf.config.list_logical_devices("CPU")  # initialise now, with 2 CPUs
+
+
+@pytest.fixture
+def root() -> Path:
+    return ROOT
+
+
+@pytest.fixture
+def two_replicas():
+    """A MirroredStrategy over the session's two virtual CPUs."""
+    import tensorflow as tf
+
+    return tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
