@@ -105,6 +105,29 @@ def _keras_cache_ready(name: str) -> bool:
     return all((base / "fashion-mnist" / f).is_file() for f in files)
 
 
+def _from_keras_cache(name: str) -> tuple[np.ndarray, ...]:
+    """Read the files Keras keeps after a download, exactly as ``keras.datasets`` reads them."""
+    import gzip
+
+    base = keras_home() / "datasets"
+    if name == "mnist":
+        with np.load(base / "mnist.npz", allow_pickle=False) as f:
+            x_train, y_train, x_test, y_test = f["x_train"], f["y_train"], f["x_test"], f["y_test"]
+    else:
+        folder = base / "fashion-mnist"
+
+        def read(kind: str, prefix: str) -> np.ndarray:
+            offset = 8 if kind == "labels" else 16
+            suffix = "idx1" if kind == "labels" else "idx3"
+            with gzip.open(folder / f"{prefix}-{kind}-{suffix}-ubyte.gz", "rb") as f:
+                return np.frombuffer(f.read(), np.uint8, offset=offset)
+
+        y_train, y_test = read("labels", "train"), read("labels", "t10k")
+        x_train = read("images", "train").reshape(len(y_train), 28, 28)
+        x_test = read("images", "t10k").reshape(len(y_test), 28, 28)
+    return x_train[..., None], y_train.astype(np.int64), x_test[..., None], y_test.astype(np.int64)
+
+
 def _from_keras(name: str) -> tuple[np.ndarray, ...]:
     import keras
 
@@ -138,7 +161,7 @@ def _load(name: str, classes: tuple[str, ...], fast: Optional[bool], quiet: bool
     reason = ""
     if _keras_cache_ready(name):
         try:
-            arrays, source = _from_keras(name), f"the local Keras cache ({keras_home() / 'datasets'})"
+            arrays, source = _from_keras_cache(name), "the local Keras cache"
         except Exception as error:  # a damaged cache: say so and go on
             reason = f"the cache could not be read ({type(error).__name__})"
     if arrays is None and not env.offline:

@@ -1,0 +1,120 @@
+"""Authoring: student notebooks are generated from the masters, and checked to be current."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_utils import authoring
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = {"repository": "https://github.com/example/course", "branch": "main"}
+
+
+def _master() -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    badges = nbformat.v4.new_markdown_cell("old badges")
+    badges.metadata["course"] = {"role": "badges"}
+    setup = nbformat.v4.new_code_cell("old setup")
+    setup.metadata["course"] = {"role": "setup"}
+    solution = nbformat.v4.new_code_cell(
+        "def double(x):\n    \"\"\"Twice x.\"\"\"\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"
+    )
+    solution.metadata["course"] = {"role": "solution", "exercise": "double"}
+    solution.outputs = [nbformat.v4.new_output("stream", name="stdout", text="secret\n")]
+    solution.execution_count = 3
+    check = nbformat.v4.new_code_cell("check(double)")
+    check.metadata["course"] = {"role": "check", "exercise": "double"}
+    nb.cells = [nbformat.v4.new_markdown_cell("# Title"), badges, setup, solution, check]
+    return nb
+
+
+def test_blank_solution_keeps_indentation_and_names_the_exercise() -> None:
+    src = "def f(x):\n    ### BEGIN SOLUTION\n    y = x + 1\n    return y\n    ### END SOLUTION\n"
+    out = authoring.blank_solution(src, "f")
+    assert out.splitlines() == [
+        "def f(x):",
+        "    # YOUR CODE HERE",
+        '    raise NotImplementedError("Exercise f: replace this line with your code")',
+    ]
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["x = 1", "### BEGIN SOLUTION\nx = 1", "x = 1\n### END SOLUTION", "### BEGIN SOLUTION\n### BEGIN SOLUTION"],
+)
+def test_broken_regions_are_refused(source: str) -> None:
+    with pytest.raises(authoring.AuthoringError):
+        authoring.blank_solution(source, "e")
+
+
+def test_student_version() -> None:
+    student = authoring.student_version(_master(), "01_x.ipynb", CONFIG)
+    text = nbformat.writes(student)
+    assert "BEGIN SOLUTION" not in text and "return 2 * x" not in text and "secret" not in text
+    assert 'raise NotImplementedError("Exercise double' in student.cells[3].source
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in student.cells if c.cell_type == "code")
+    badges = student.cells[1].source
+    assert "colab.research.google.com/github/example/course/blob/main/notebooks/01_x.ipynb" in badges
+    assert "git+https://github.com/example/course@main" in student.cells[2].source
+    assert "course_utils.setup()" in student.cells[2].source
+
+
+def test_exercises_need_ids_and_checks() -> None:
+    nb = _master()
+    assert [e.id for e in authoring.exercises(nb)] == ["double"]
+    del nb.cells[4]
+    with pytest.raises(authoring.AuthoringError, match="needs a check cell"):
+        authoring.exercises(nb)
+    nb = _master()
+    nb.cells[3].metadata["course"] = {"role": "solution"}
+    with pytest.raises(authoring.AuthoringError, match="needs an 'exercise' id"):
+        authoring.exercises(nb)
+
+
+def test_the_repository_is_current() -> None:
+    """What `make check` runs: notebooks/ matches solutions/, headers included."""
+    assert authoring.stale(ROOT) == []
+
+
+def test_check_notices_a_stale_student_notebook(tmp_path: Path) -> None:
+    for name in ["pyproject.toml"]:
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    nbformat.write(_master(), tmp_path / "solutions" / "01_x.ipynb")
+    assert {p.name for p in authoring.stale(tmp_path)} == {"01_x.ipynb"}
+    authoring.build(tmp_path)
+    assert authoring.stale(tmp_path) == []
+    master = nbformat.read(tmp_path / "solutions" / "01_x.ipynb", as_version=4)
+    master.cells[0].source = "# A new title"
+    nbformat.write(master, tmp_path / "solutions" / "01_x.ipynb")
+    assert [p.parent.name for p in authoring.stale(tmp_path)] == ["notebooks"]
+    (tmp_path / "notebooks" / "99_orphan.ipynb").write_text("{}")
+    assert "99_orphan.ipynb" in {p.name for p in authoring.stale(tmp_path)}
+    authoring.build(tmp_path)
+    assert authoring.stale(tmp_path) == []
+    assert not (tmp_path / "notebooks" / "99_orphan.ipynb").exists()
+
+
+def test_student_notebooks_have_no_outputs() -> None:
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert not cell.outputs, f"{path.name} has stored outputs"
+
+
+def test_every_notebook_follows_the_anatomy() -> None:
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        roles = [authoring.role(c) for c in nb.cells]
+        assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "), path.name
+        assert "badges" in roles and "setup" in roles, f"{path.name}: badges and set-up cells"
+        assert roles.index("setup") == min(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown").lower()
+        assert "summary" in text and "further reading" in text, f"{path.name}: summary and reading"

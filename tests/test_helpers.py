@@ -1,0 +1,77 @@
+"""Small helpers: checks, scratch folders, fresh processes, progress lines, version warnings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from course_utils import checks
+from course_utils.errors import CourseError, ExerciseError
+from course_utils.processes import run_python
+from course_utils.progress import format_metrics
+from course_utils.runtime import check_versions
+from course_utils.scratch import scratch_dir
+
+
+def test_expect_close_names_the_factor() -> None:
+    checks.expect_close([1.0, 2.0], [1.0, 2.0], "same")
+    with pytest.raises(ExerciseError, match=r"2\.00x the reference"):
+        checks.expect_close(np.array([2.0, 4.0]), np.array([1.0, 2.0]), "Gradients differ")
+    with pytest.raises(ExerciseError, match="expected shape"):
+        checks.expect_close([1.0], [1.0, 2.0], "shape")
+
+
+def test_exercise_turns_every_failure_into_a_hint() -> None:
+    def unfinished():
+        raise NotImplementedError("Exercise e: replace this line with your code")
+
+    with pytest.raises(ExerciseError, match="Exercise e is not done yet"):
+        with checks.exercise("e"):
+            unfinished()
+    with pytest.raises(ExerciseError, match="Exercise e: your code raised ZeroDivisionError"):
+        with checks.exercise("e"):
+            1 / 0
+    with pytest.raises(ExerciseError, match="^Exercise e: Return a list"):
+        with checks.exercise("e"):
+            checks.expect(False, "Return a list")
+    assert issubclass(ExerciseError, AssertionError)
+
+
+def test_passed_prints_one_line(capsys) -> None:
+    checks.passed("e", "all good")
+    assert capsys.readouterr().out == "[pass] e: all good\n"
+
+
+def test_first_line() -> None:
+    assert checks.first_line("a\nb") == "a"
+    assert checks.first_line(None) == ""
+
+
+def test_scratch_dir_starts_clean(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("COURSE_SCRATCH", str(tmp_path))
+    folder = scratch_dir("04_custom_training_loops", "checkpoints")
+    (folder / "old").write_text("x")
+    assert (scratch_dir("04_custom_training_loops", "checkpoints", clean=False) / "old").exists()
+    assert not (scratch_dir("04_custom_training_loops", "checkpoints") / "old").exists()
+    with pytest.raises(ValueError):
+        scratch_dir("../elsewhere")
+
+
+def test_run_python_reports_output_and_errors() -> None:
+    ok = run_python("import os; print(os.environ['COURSE_REPLICAS'])", replicas=3)
+    assert ok.ok and ok.stdout.strip() == "3"
+    bad = run_python("raise ValueError('broken on purpose')")
+    assert not bad.ok and bad.last_error_line() == "ValueError: broken on purpose"
+    with pytest.raises(CourseError, match="did not finish"):
+        run_python("import time; time.sleep(30)", timeout=1)
+
+
+def test_format_metrics() -> None:
+    assert format_metrics({"loss": 0.123456, "accuracy": 1, "name": "x"}) == "loss=0.1235  accuracy=1.0000"
+
+
+def test_version_warnings() -> None:
+    assert check_versions("2.21.0", "3.15.1") is None
+    assert "tested on TensorFlow 2.21" in check_versions("2.18.1", "3.8.0")
+    assert "older than 2.16" in check_versions("2.15.0", "3.0.0")
+    assert "not Keras 3" in check_versions("2.21.0", "2.21.0")

@@ -1,0 +1,126 @@
+"""get_strategy for every kind, describe, virtual CPUs and their errors."""
+
+from __future__ import annotations
+
+import pytest
+
+import course_utils
+from course_utils.errors import ConfigError, NoTPUError, ReplicaCountError
+from course_utils.processes import run_python
+
+
+@pytest.mark.parametrize(
+    "kind, name, replicas",
+    [
+        ("default", "default strategy", 1),
+        ("one_device", "OneDeviceStrategy", 1),
+        ("mirrored", "MirroredStrategy", 2),
+        ("central_storage", "CentralStorageStrategy", 2),
+        ("multi_worker", "MultiWorkerMirroredStrategy", 1),
+    ],
+)
+def test_every_kind_that_runs_on_a_cpu(kind: str, name: str, replicas: int, capsys) -> None:
+    strategy = course_utils.get_strategy(kind, replicas=2 if kind in {"mirrored", "central_storage"} else None)
+    assert strategy.num_replicas_in_sync == replicas
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"Strategy: {name} with {replicas} replica")
+    info = course_utils.describe(strategy, show=False)
+    assert info.name == name and info.replicas == replicas
+
+
+def test_mirrored_on_cpus_uses_reduction_to_one_device() -> None:
+    strategy = course_utils.get_strategy("mirrored", replicas=2, verbose=False)
+    info = course_utils.describe(strategy, show=False)
+    assert info.cross_device_ops == "ReductionToOneDevice"
+    assert info.variable_type == "MirroredVariable"
+    assert info.variable_devices == ("CPU:0", "CPU:1")
+
+
+def test_central_storage_keeps_variables_on_one_device() -> None:
+    info = course_utils.describe(course_utils.get_strategy("central_storage", verbose=False), show=False)
+    assert info.variable_devices == ("CPU:0",)
+    assert info.devices == ("CPU:0", "CPU:1")
+
+
+def test_auto_without_accelerator_or_replicas_is_the_default_strategy(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("COURSE_REPLICAS", raising=False)
+    strategy = course_utils.get_strategy("auto")
+    assert strategy.num_replicas_in_sync == 1
+    assert "auto: no TPU or GPU found" in capsys.readouterr().out
+
+
+def test_auto_with_replicas_is_mirrored(monkeypatch) -> None:
+    monkeypatch.setenv("COURSE_REPLICAS", "2")
+    strategy = course_utils.get_strategy(verbose=False)
+    assert type(strategy).__name__ == "MirroredStrategy"
+    assert strategy.num_replicas_in_sync == 2
+
+
+def test_environment_kind_is_used(monkeypatch) -> None:
+    monkeypatch.setenv("COURSE_STRATEGY", "one_device")
+    assert type(course_utils.get_strategy(verbose=False)).__name__ == "OneDeviceStrategy"
+
+
+def test_unknown_kind_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="Choose one of"):
+        course_utils.get_strategy("gpu")
+
+
+def test_bad_replica_argument() -> None:
+    with pytest.raises(ConfigError):
+        course_utils.get_strategy("mirrored", replicas=0)
+
+
+def test_tpu_without_tpu_says_what_was_tried() -> None:
+    with pytest.raises(NoTPUError) as info:
+        course_utils.get_strategy("tpu", verbose=False)
+    assert "TPUClusterResolver(tpu='local')" in str(info.value)
+    assert "Runtime > Change runtime type > TPU" in str(info.value)
+
+
+def test_use_virtual_cpus_same_count_is_a_no_op() -> None:
+    assert course_utils.use_virtual_cpus(2) == ["/device:CPU:0", "/device:CPU:1"]
+    assert course_utils.use_virtual_cpus(2) == ["/device:CPU:0", "/device:CPU:1"]
+
+
+def test_use_virtual_cpus_other_count_after_start_says_restart() -> None:
+    with pytest.raises(ReplicaCountError) as info:
+        course_utils.use_virtual_cpus(4)
+    message = str(info.value)
+    assert "already started with 2 CPU devices" in message
+    assert "Restart the kernel" in message
+
+
+def test_mirrored_more_replicas_than_cpus_after_start_says_restart() -> None:
+    with pytest.raises(ReplicaCountError):
+        course_utils.get_strategy("mirrored", replicas=3)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, "2", True])
+def test_use_virtual_cpus_rejects_bad_counts(bad) -> None:
+    with pytest.raises(ConfigError):
+        course_utils.use_virtual_cpus(bad)
+
+
+def test_virtual_cpus_before_start_can_change_and_env_replicas_apply() -> None:
+    """In a fresh TensorFlow the count can change until devices start; setup() honours COURSE_REPLICAS."""
+    result = run_python(
+        """
+        import course_utils
+        course_utils.setup(show_report=False)
+        import tensorflow as tf
+        course_utils.use_virtual_cpus(3)
+        course_utils.use_virtual_cpus(4)
+        s = course_utils.get_strategy("auto", verbose=False)
+        print(s.num_replicas_in_sync, len(tf.config.list_logical_devices("CPU")))
+        """,
+        replicas=4,
+    )
+    assert result.ok, result.stderr[-2000:]
+    assert result.stdout.split() == ["4", "4"]
+
+
+def test_bad_environment_in_setup_is_one_clear_line() -> None:
+    result = run_python("import course_utils; course_utils.setup()", env={"COURSE_REPLICAS": "zero"})
+    assert not result.ok
+    assert result.last_error_line().startswith("course_utils.errors.ConfigError: COURSE_REPLICAS='zero'")
