@@ -9,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Tests and reference outputs use the built-in data, never a cache of the machine they run on.
-TEST_ENV := COURSE_FAST=1 COURSE_OFFLINE=1 KERAS_HOME=$(CURDIR)/.cache/keras-test MPLBACKEND=Agg
+TEST_ENV := COURSE_FAST=1 COURSE_OFFLINE=1 KERAS_HOME=$(CURDIR)/.cache/keras-test
 NBVAL := $(PY) -m pytest --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
          --nbval-cell-timeout=600 --durations=0 -p no:cacheprovider \
          $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),solutions)
@@ -27,7 +27,7 @@ $(STAMP): requirements.txt pyproject.toml
 	@touch $(STAMP)
 
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
 
 notebooks: setup
 	$(PY) -m course_utils.authoring build

@@ -18,7 +18,6 @@ TEST_REPLICAS = 2
 
 os.environ.setdefault("COURSE_OFFLINE", "1")
 os.environ.setdefault("COURSE_FAST", "1")
-os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 def pytest_configure(config: pytest.Config) -> None:
