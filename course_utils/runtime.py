@@ -41,6 +41,15 @@ def _stderr_to_devnull() -> Iterator[None]:
         os.close(saved)
 
 
+def quiet_native_logs() -> contextlib.AbstractContextManager[None]:
+    """A context manager that hides what native code writes to stderr while it runs.
+
+    Use it around a call whose C++ side prints a note on some machines only (for example the
+    first float16 op on a CPU without AVX-512), so a notebook's output is the same everywhere.
+    """
+    return _stderr_to_devnull()
+
+
 def import_tensorflow() -> Any:
     """Import TensorFlow without its start-up chatter and return the module."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
