@@ -1,0 +1,187 @@
+"""Checks for notebook 02, strategy types."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from ..checks import exercise, expect, expect_close, passed
+
+#: (machines, devices per machine, device type, synchronous, answer, the cluster in words)
+SCENARIOS: tuple[tuple[int, int, str, bool, str, str], ...] = (
+    (1, 1, "GPU", True, "OneDeviceStrategy", "a workstation with one GPU"),
+    (1, 8, "GPU", True, "MirroredStrategy", "one machine with 8 GPUs, synchronous"),
+    (1, 4, "CPU", True, "MirroredStrategy", "one machine split into 4 virtual CPUs, synchronous"),
+    (4, 8, "GPU", True, "MultiWorkerMirroredStrategy", "4 machines with 8 GPUs each, synchronous"),
+    (2, 1, "CPU", True, "MultiWorkerMirroredStrategy", "2 CPU-only machines, synchronous"),
+    (20, 1, "CPU", False, "ParameterServerStrategy", "20 CPU machines, asynchronous"),
+    (3, 4, "GPU", False, "ParameterServerStrategy", "3 machines with 4 GPUs each, asynchronous"),
+    (1, 8, "TPU", True, "TPUStrategy", "a TPU host with 8 cores (a Colab TPU runtime)"),
+    (16, 8, "TPU", True, "TPUStrategy", "a TPU pod slice of 16 hosts"),
+)
+
+STRATEGY_NAMES = (
+    "OneDeviceStrategy",
+    "MirroredStrategy",
+    "MultiWorkerMirroredStrategy",
+    "ParameterServerStrategy",
+    "TPUStrategy",
+)
+
+_WHY = {
+    "OneDeviceStrategy": "one device: nothing to distribute, but OneDeviceStrategy keeps the strategy interface",
+    "MirroredStrategy": "one machine, several devices, synchronous: a mirrored copy per device",
+    "MultiWorkerMirroredStrategy": "several machines, synchronous: mirrored copies across workers",
+    "ParameterServerStrategy": "asynchronous training needs parameter servers, whatever the devices",
+    "TPUStrategy": "TPU cores have their own strategy, on one host or a pod",
+}
+
+
+def check_choose_strategy(choose_strategy: Callable[..., str]) -> None:
+    """``choose_strategy(machines, devices_per_machine, device_type, synchronous)`` names the strategy."""
+    with exercise("choose_strategy"):
+        for machines, devices, device_type, synchronous, want, words in SCENARIOS:
+            got = choose_strategy(machines, devices, device_type, synchronous)
+            expect(
+                isinstance(got, str) and got in STRATEGY_NAMES,
+                f"Return the class name as a string, one of {', '.join(STRATEGY_NAMES)}; for "
+                f"{words} you returned {got!r}.",
+            )
+            expect(
+                got == want,
+                f"For {words} (machines={machines}, devices_per_machine={devices}, "
+                f"device_type={device_type!r}, synchronous={synchronous}) you chose {got}, but the "
+                f"answer is {want}: {_WHY[want]}. Check the order of your tests: TPU first, then "
+                "asynchronous, then the number of machines, then the number of devices.",
+            )
+    passed("choose_strategy", f"all {len(SCENARIOS)} clusters get the right strategy.")
+
+
+def _short(device: str) -> str:
+    """``/cpu:1`` or ``/job:localhost/replica:0/task:0/device:CPU:1`` -> ``CPU:1``."""
+    import tensorflow as tf
+
+    spec = tf.DeviceSpec.from_string(device)
+    return f"{(spec.device_type or 'CPU').upper()}:{spec.device_index or 0}"
+
+
+def check_make_strategy(make_strategy: Callable[[str, Sequence[str]], Any], devices: Sequence[str]) -> None:
+    """``make_strategy(kind, devices)`` builds each strategy kind of notebook 02 over ``devices``."""
+    from ..strategies import describe
+
+    devices = list(devices)
+    n = len(devices)
+    short = tuple(_short(d) for d in devices)
+    want = {
+        "default": ("default strategy", 1, None, "ResourceVariable", None),
+        "one_device": ("OneDeviceStrategy", 1, short[:1], "ResourceVariable", short[:1]),
+        "mirrored": ("MirroredStrategy", n, short, "MirroredVariable", short),
+        "multi_worker": ("MultiWorkerMirroredStrategy", 1, None, "MirroredVariable", None),
+        "central_storage": ("CentralStorageStrategy", n, short, "AggregatingVariable", short[:1]),
+    }
+    with exercise("make_strategy"):
+        for kind, (name, replicas, compute, variable, lives_on) in want.items():
+            strategy = make_strategy(kind, devices)
+            expect(
+                strategy is not None and hasattr(strategy, "scope"),
+                f"make_strategy({kind!r}, devices) returned {strategy!r}: return the strategy object.",
+            )
+            info = describe(strategy, show=False)
+            expect(
+                info.name == name,
+                f"make_strategy({kind!r}, devices) made a {info.name}; expected a {name}.",
+            )
+            expect(
+                info.replicas == replicas,
+                f"make_strategy({kind!r}, devices) has {info.replicas} replica(s) in sync; expected "
+                f"{replicas}. Pass all the devices ({', '.join(devices)}) to the constructor.",
+            )
+            if compute is not None:
+                expect(
+                    info.devices == compute,
+                    f"make_strategy({kind!r}, devices) computes on {', '.join(info.devices)}; expected "
+                    f"{', '.join(compute)}.",
+                )
+            expect(
+                info.variable_type == variable,
+                f"make_strategy({kind!r}, devices): a variable created in its scope is a "
+                f"{info.variable_type}; expected a {variable}.",
+            )
+            if lives_on is not None:
+                expect(
+                    info.variable_devices == lives_on,
+                    f"make_strategy({kind!r}, devices): its variables live on "
+                    f"{', '.join(info.variable_devices)}; expected {', '.join(lives_on)}"
+                    + (" (parameter_device=devices[0])." if kind == "central_storage" else "."),
+                )
+            if kind == "mirrored":
+                expect(
+                    info.cross_device_ops == "ReductionToOneDevice",
+                    f"make_strategy('mirrored', devices) uses {info.cross_device_ops}: on CPUs pass "
+                    "cross_device_ops=tf.distribute.ReductionToOneDevice() (section 6 says why).",
+                )
+        try:
+            make_strategy("mirorred", devices)
+        except ValueError as error:
+            expect(
+                "mirrored" in str(error),
+                "make_strategy('mirorred', ...) raised ValueError, but its message should list the "
+                f"valid kinds (it said: {str(error)[:80]!r}).",
+            )
+        else:
+            expect(
+                False,
+                "make_strategy('mirorred', devices) should raise ValueError naming the valid kinds; "
+                "a typo must not give a strategy silently.",
+            )
+    passed("make_strategy", "all five kinds have the right replicas, devices and variables.")
+
+
+def check_global_mean(global_mean: Callable[[Any, Any], float]) -> None:
+    """``global_mean(strategy, values)``: the mean of all numbers of a PerReplica value."""
+    import numpy as np
+    import tensorflow as tf
+
+    from ..devices import cpu_count
+
+    with exercise("global_mean"):
+        default = tf.distribute.get_strategy()
+        got = global_mean(default, tf.constant([1.0, 2.0, 3.0, 6.0]))
+        expect(
+            isinstance(got, float),
+            f"Return a Python float (got {type(got).__name__}): wrap the result in float(...).",
+        )
+        expect_close(got, 3.0, "On the default strategy (one replica) the mean of [1, 2, 3, 6] is 3.0")
+        n = cpu_count()
+        if n >= 2:
+            strategy = tf.distribute.MirroredStrategy(
+                [f"/cpu:{i}" for i in range(n)],
+                cross_device_ops=tf.distribute.ReductionToOneDevice(),
+            )
+            for shards in (
+                [[1.0, 1.0], [3.0, 3.0]] + [[2.0, 2.0]] * (n - 2),
+                [[1.0, 2.0, 3.0], [10.0]] + [[4.0, 5.0]] * (n - 2),
+            ):
+                values = strategy.experimental_distribute_values_from_function(
+                    lambda context, shards=shards: tf.constant(shards[context.replica_id_in_sync_group])
+                )
+                want = float(np.mean(np.concatenate(shards)))
+                got = global_mean(strategy, values)
+                expect(
+                    isinstance(got, float),
+                    f"Return a Python float (got {type(got).__name__}): wrap the result in float(...).",
+                )
+                mean_of_means = float(np.mean([np.mean(s) for s in shards]))
+                lengths = ", ".join(str(len(s)) for s in shards)
+                if not np.isclose(want, mean_of_means):
+                    expect(
+                        not np.isclose(got, mean_of_means),
+                        f"On {n} replicas holding {lengths} numbers you returned {got:g}, the mean "
+                        f"of the replicas' means; the mean of all numbers is {want:g}. Reduce each "
+                        "replica's sum and count with SUM, then divide (or reduce(MEAN, values, axis=0)).",
+                    )
+                expect_close(
+                    got,
+                    want,
+                    f"On {n} replicas holding {lengths} numbers, the mean of all numbers is {want:g}",
+                )
+    passed("global_mean", "matches NumPy on one replica and on several with uneven lengths.")

@@ -1,0 +1,428 @@
+"""Which training API works with which strategy on this stack: the support matrix of notebook 02.
+
+The TensorFlow guide has a table of what is "supported"; on Keras 3 it is not always true. This
+module holds small *probes*, each a few real training steps of a tiny model, so that every cell
+of the course's matrix is backed by a run (or, where a run needs hardware this machine lacks, by
+a named upstream issue):
+
+* :func:`fit_probe` and :func:`custom_loop_probe` train under a strategy you pass in;
+* :func:`attempt` runs a probe and turns what happened into an :class:`Outcome`;
+* :func:`run_multi_worker` starts a real 2-worker ``MultiWorkerMirroredStrategy`` cluster on this
+  machine (two fresh processes with ``TF_CONFIG``), :func:`run_parameter_server` an in-process
+  ``ParameterServerStrategy`` cluster (one fresh process); :func:`start_cluster_runs` starts both
+  in the background so the notebook can do other work meanwhile;
+* :func:`render_matrix` prints the table.
+
+Outcomes never contain numbers that vary (losses, ports, times), so a notebook that prints them
+reproduces itself under any CI strategy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import textwrap
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+#: Examples per step across all replicas, and steps per probe: enough to trace, run and apply
+#: real updates, small enough that a probe costs about a second.
+GLOBAL_BATCH = 16
+STEPS = 2
+FEATURES = 8
+
+#: Error messages that name a known upstream problem: (text to look for, short description).
+KNOWN_ERRORS: tuple[tuple[str, str], ...] = (
+    ("You must feed a value for placeholder tensor", "You must feed a value for placeholder tensor"),
+    ("Attempt to convert a value (PerReplica", "Attempt to convert a value (PerReplica:{...}) to a Tensor"),
+)
+
+
+# --------------------------------------------------------------------------- probes
+
+
+def probe_data(n: int = 64, seed: int = 0) -> tuple[Any, Any]:
+    """A small, learnable, deterministic classification problem: ``(x, y)`` NumPy arrays."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, FEATURES)).astype("float32")
+    y = (x[:, 0] + x[:, 1] > 0).astype("int32")
+    return x, y
+
+
+def probe_model(seed: int = 0) -> Any:
+    """Dense(8, relu) -> Dense(2 logits). Build it inside ``strategy.scope()``."""
+    import keras
+
+    init = keras.initializers.GlorotUniform(seed=seed)
+    return keras.Sequential(
+        [
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(8, activation="relu", kernel_initializer=init),
+            keras.layers.Dense(2, kernel_initializer=init),
+        ]
+    )
+
+
+def probe_dataset() -> Any:
+    """The probe data as a repeated ``tf.data.Dataset`` of global batches."""
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices(probe_data()).batch(GLOBAL_BATCH).repeat()
+
+
+def fit_probe(strategy: Any, steps: int = STEPS) -> list[float]:
+    """Compile a tiny model in ``strategy.scope()`` and ``fit`` it for ``steps`` steps; the losses."""
+    import keras
+
+    with strategy.scope():
+        model = probe_model()
+        model.compile(
+            optimizer=keras.optimizers.Adam(0.01),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    # One step per epoch, so that the history holds the loss of every step.
+    history = model.fit(probe_dataset(), epochs=steps, steps_per_epoch=1, shuffle=False, verbose=0)
+    return [float(v) for v in history.history["loss"]]
+
+
+def custom_loop_probe(strategy: Any, *, build_optimizer: bool = False, steps: int = STEPS) -> list[float]:
+    """The custom training tutorial's loop with Adam for ``steps`` steps; the global losses.
+
+    ``build_optimizer=True`` creates Adam's slot variables inside ``strategy.scope()`` before the
+    first step (``optimizer.build(model.trainable_variables)``), the work-around of
+    keras-team/keras#23085.
+    """
+    import keras
+    import tensorflow as tf
+
+    with strategy.scope():
+        model = probe_model()
+        optimizer = keras.optimizers.Adam(0.01)
+        if build_optimizer:
+            optimizer.build(model.trainable_variables)
+        per_example = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    dataset = strategy.experimental_distribute_dataset(probe_dataset())
+
+    def step_fn(inputs: Any) -> Any:
+        x, y = inputs
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(
+                per_example(y, model(x, training=True)), global_batch_size=GLOBAL_BATCH
+            )
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train_step(batch: Any) -> Any:
+        per_replica = strategy.run(step_fn, args=(batch,))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    iterator = iter(dataset)
+    return [float(train_step(next(iterator))) for _ in range(steps)]
+
+
+# --------------------------------------------------------------------------- outcomes
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one cell of the matrix, and why.
+
+    ``status`` is ``works``, ``fails``, ``not run`` (needs hardware this machine lacks) or ``-``
+    (does not apply).
+    """
+
+    status: str
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "works"
+
+    def __str__(self) -> str:
+        return f"{self.status}: {self.note}" if self.note else self.status
+
+
+def summarize_error(error: BaseException) -> str:
+    """``TypeName: the message`` in one stable line (known upstream errors get a fixed text)."""
+    text = str(error)
+    for needle, short in KNOWN_ERRORS:
+        if needle in text:
+            return f"{type(error).__name__}: {short}"
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    return f"{type(error).__name__}: {first[:100]}" if first else type(error).__name__
+
+
+def attempt(probe: Callable[..., Sequence[float]], *args: Any, **kwargs: Any) -> Outcome:
+    """Run a probe; ``works`` when it trained and every loss is finite, else ``fails`` and why."""
+    import math
+
+    try:
+        losses = probe(*args, **kwargs)
+    except Exception as error:  # a probe failing is the information we are after
+        return Outcome("fails", summarize_error(error))
+    if not losses or not all(math.isfinite(v) for v in losses):
+        return Outcome("fails", f"non-finite loss after {len(losses)} steps")
+    return Outcome("works", f"{len(losses)} steps, finite loss")
+
+
+# --------------------------------------------------------------------------- clusters on this machine
+
+
+def free_port() -> int:
+    """A TCP port on localhost that is free right now (portpicker when installed)."""
+    try:
+        import portpicker
+
+        return int(portpicker.pick_unused_port())
+    except ImportError:
+        with socket.socket() as sock:
+            sock.bind(("localhost", 0))
+            return int(sock.getsockname()[1])
+
+
+#: Cluster processes use their CPU as one device, whatever the notebook's own settings are.
+_PLAIN_CPU = {"COURSE_REPLICAS": "1", "COURSE_STRATEGY": "auto"}
+
+
+def _outcomes_from(stdout: str, keys: Sequence[str]) -> Optional[dict[str, Outcome]]:
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if all(k in data for k in keys):
+                return {k: Outcome(**data[k]) for k in keys}
+    return None
+
+
+_MULTI_WORKER_SCRIPT = """
+import json
+from course_utils.runtime import import_tensorflow
+tf = import_tensorflow()
+from course_utils import support
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+out = {"replicas": strategy.num_replicas_in_sync}
+out["custom_loop"] = support.attempt(support.custom_loop_probe, strategy).__dict__
+out["fit"] = support.attempt(support.fit_probe, strategy).__dict__
+print(json.dumps(out))
+"""
+
+
+def run_multi_worker(workers: int = 2, timeout: float = 240.0) -> dict[str, Any]:
+    """Train with ``MultiWorkerMirroredStrategy`` on a real cluster of ``workers`` processes.
+
+    Each process gets its own ``TF_CONFIG`` (same cluster, its own task index), runs
+    :func:`custom_loop_probe`, then :func:`fit_probe`. Returns ``{"replicas": n, "custom_loop":
+    Outcome, "fit": Outcome, "agree": bool}``; ``agree`` says every worker saw the same outcomes.
+    """
+    from .processes import run_python
+
+    addresses = [f"localhost:{free_port()}" for _ in range(workers)]
+    envs = [
+        {
+            "TF_CONFIG": json.dumps(
+                {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": i}}
+            ),
+            **_PLAIN_CPU,
+        }
+        for i in range(workers)
+    ]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(run_python, _MULTI_WORKER_SCRIPT, env=env, timeout=timeout) for env in envs]
+        results = [future.result() for future in futures]
+    parsed = []
+    for result in results:
+        outcomes = _outcomes_from(result.stdout, ("custom_loop", "fit"))
+        if outcomes is None:
+            why = result.last_error_line() or f"exit code {result.returncode}"
+            outcomes = {k: Outcome("fails", f"worker crashed: {why[:100]}") for k in ("custom_loop", "fit")}
+        parsed.append(outcomes)
+    replicas = None
+    for result in results:
+        for line in reversed(result.stdout.strip().splitlines()):
+            if line.startswith("{"):
+                replicas = json.loads(line).get("replicas")
+                break
+    first = parsed[0]
+    return {
+        "replicas": replicas,
+        "custom_loop": first["custom_loop"],
+        "fit": first["fit"],
+        "agree": all(p == first for p in parsed),
+    }
+
+
+_PARAMETER_SERVER_SCRIPT = """
+import json
+from course_utils.runtime import import_tensorflow
+tf = import_tensorflow()
+import keras
+from course_utils import support
+
+workers, ps = {workers}, 1
+cluster = {{"worker": [f"localhost:{{support.free_port()}}" for _ in range(workers)],
+            "ps": [f"localhost:{{support.free_port()}}" for _ in range(ps)]}}
+spec = tf.train.ClusterSpec(cluster)
+config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=workers + 1)
+servers = [tf.distribute.Server(spec, job_name="worker", task_index=i, config=config, protocol="grpc")
+           for i in range(workers)]
+servers += [tf.distribute.Server(spec, job_name="ps", task_index=i, protocol="grpc") for i in range(ps)]
+resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
+strategy = tf.distribute.ParameterServerStrategy(resolver)
+coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+
+out = {{"workers": workers, "ps": ps}}
+with strategy.scope():
+    probe = tf.Variable(0.0)
+out["variable_type"] = type(probe).__name__
+out["variable_device"] = probe.device.replace("/replica:0", "").replace("/device:", "/")
+
+def custom_loop():
+    with strategy.scope():
+        model = support.probe_model()
+        optimizer = keras.optimizers.Adam(0.01)
+        optimizer.build(model.trainable_variables)
+        per_example = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    def dataset_fn(_):
+        return support.probe_dataset()
+
+    @tf.function
+    def per_worker_dataset_fn():
+        return strategy.distribute_datasets_from_function(dataset_fn)
+
+    per_worker = coordinator.create_per_worker_dataset(per_worker_dataset_fn)
+    iterator = iter(per_worker)
+
+    @tf.function
+    def train_step(iterator):
+        def step_fn(inputs):
+            x, y = inputs
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(per_example(y, model(x, training=True)),
+                                                  global_batch_size=support.GLOBAL_BATCH)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        per_replica = strategy.run(step_fn, args=(next(iterator),))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    results = [coordinator.schedule(train_step, args=(iterator,)) for _ in range(2 * support.STEPS)]
+    coordinator.join()
+    return [float(r.fetch()) for r in results]
+
+out["custom_loop"] = support.attempt(custom_loop).__dict__
+out["fit"] = support.attempt(support.fit_probe, strategy).__dict__
+out["dataset_creator"] = hasattr(keras.utils, "experimental") and hasattr(keras.utils.experimental, "DatasetCreator")
+print(json.dumps(out), flush=True)
+"""
+
+
+def run_parameter_server(workers: int = 2, timeout: float = 240.0) -> dict[str, Any]:
+    """Train asynchronously with ``ParameterServerStrategy`` on an in-process cluster.
+
+    One fresh process starts ``workers`` worker servers and one parameter server on free local
+    ports (as in the parameter-server tutorial), schedules the probe's training steps with a
+    ``ClusterCoordinator``, then tries :func:`fit_probe`. Returns the :class:`Outcome` of each
+    (``custom_loop``, ``fit``), the type of a variable and where it lives, and whether Keras has
+    ``DatasetCreator`` (what ``Model.fit`` needed for this strategy in Keras 2).
+    """
+    from .processes import run_python
+
+    result = run_python(_PARAMETER_SERVER_SCRIPT.format(workers=workers), env=_PLAIN_CPU, timeout=timeout)
+    for line in reversed(result.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            data = json.loads(line)
+            for key in ("custom_loop", "fit"):
+                data[key] = Outcome(**data[key])
+            return data
+    why = result.last_error_line() or f"exit code {result.returncode}"
+    crashed = Outcome("fails", f"cluster process crashed: {why[:100]}")
+    return {"custom_loop": crashed, "fit": crashed}
+
+
+def start_cluster_runs(timeout: float = 240.0) -> dict[str, Future]:
+    """Start :func:`run_multi_worker` and :func:`run_parameter_server` in the background.
+
+    Returns ``{"multi_worker": future, "parameter_server": future}``; call ``.result()`` on each
+    when you need it. The three processes start at once, so their TensorFlow start-ups overlap
+    with whatever the notebook does meanwhile.
+    """
+    pool = ThreadPoolExecutor(max_workers=2)
+    futures = {
+        "multi_worker": pool.submit(run_multi_worker, 2, timeout),
+        "parameter_server": pool.submit(run_parameter_server, 2, timeout),
+    }
+    pool.shutdown(wait=False)
+    return futures
+
+
+# --------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the matrix: a strategy (as set up here) and the outcome of each training API.
+
+    ``issue`` names the upstream issue behind a failure and ``alternative`` the way that works
+    instead (itself run in the notebook); both go into a numbered note under the table.
+    """
+
+    strategy: str
+    fit: Outcome
+    custom_loop: Outcome
+    issue: str = ""
+    alternative: str = ""
+
+
+def render_matrix(rows: Sequence[Row]) -> str:
+    """A plain-text table (strategy | Model.fit | custom loop) with numbered notes under it.
+
+    A cell that does not work gets a note: the error, then (once per row) the upstream issue and
+    the way that works instead. Identical notes share one number.
+    """
+    notes: list[str] = []
+    table = [("strategy", "Model.fit", "custom loop (Adam)")]
+    for row in rows:
+        cells = []
+        explained = False
+        for outcome in (row.fit, row.custom_loop):
+            text = outcome.status
+            if outcome.status not in ("works", "-") and outcome.note:
+                extra = [outcome.note.rstrip(".")]
+                if not explained and row.issue:
+                    extra.append(row.issue)
+                if not explained and row.alternative:
+                    extra.append(f"works instead: {row.alternative}")
+                explained = True
+                note = "; ".join(extra) + "."
+                if note not in notes:
+                    notes.append(note)
+                text += f" [{notes.index(note) + 1}]"
+            cells.append(text)
+        table.append((row.strategy, *cells))
+    widths = [max(len(line[i]) for line in table) for i in range(3)]
+    lines = []
+    for i, line in enumerate(table):
+        lines.append("  ".join(f"{line[j]:<{widths[j]}}" for j in range(3)).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    if notes:
+        lines.append("")
+        for number, note in enumerate(notes, 1):
+            lines.append(f"[{number}] {note}")
+    return "\n".join(lines)
+
+
+def as_dict(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """The matrix as plain data (for JSON or tests)."""
+    return [asdict(r) for r in rows]

@@ -1,0 +1,90 @@
+"""course_utils.support: the probes and the support matrix of notebook 02.
+
+The cluster runs (run_multi_worker, run_parameter_server) start fresh processes and are exercised
+by notebook 02 under nbval; here we test the probes in this process and the pure helpers.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tensorflow as tf
+
+from course_utils import support
+from course_utils.support import Outcome, Row
+
+
+def test_probes_train_on_two_replicas(two_replicas):
+    assert support.attempt(support.fit_probe, two_replicas) == Outcome("works", "2 steps, finite loss")
+    assert support.attempt(support.custom_loop_probe, two_replicas).ok
+
+
+def test_custom_loop_probe_is_right_on_one_replica():
+    losses = support.custom_loop_probe(tf.distribute.get_strategy(), steps=3)
+    assert len(losses) == 3 and all(loss > 0 for loss in losses)
+
+
+def test_mirrored_default_ops_with_adam_still_fails_upstream():
+    """keras-team/keras#23085 on the pinned stack. When this test fails, upstream fixed the bug:
+    update section 7 of notebook 02 and FINDINGS."""
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    outcome = support.attempt(support.custom_loop_probe, strategy)
+    assert outcome == Outcome("fails", "InvalidArgumentError: You must feed a value for placeholder tensor")
+    assert support.attempt(support.custom_loop_probe, strategy, build_optimizer=True).ok
+
+
+def test_attempt_reports_exceptions_and_non_finite_losses():
+    def broken():
+        raise ValueError("first line\nsecond line")
+
+    assert support.attempt(broken) == Outcome("fails", "ValueError: first line")
+    assert support.attempt(lambda: [1.0, float("nan")]).status == "fails"
+    assert support.attempt(lambda: []).status == "fails"
+    assert not Outcome("fails", "x").ok and str(Outcome("works")) == "works"
+
+
+def test_summarize_error_shortens_known_upstream_errors():
+    error = ValueError("Attempt to convert a value (PerReplica:{\n 0: <tf.Tensor ...>}) with an unsupported type")
+    assert support.summarize_error(error) == (
+        "ValueError: Attempt to convert a value (PerReplica:{...}) to a Tensor"
+    )
+    assert support.summarize_error(RuntimeError("")) == "RuntimeError"
+    assert len(support.summarize_error(RuntimeError("x" * 500))) < 120
+
+
+def test_render_matrix_numbers_notes_once_per_distinct_problem():
+    missing = Outcome("not run", "no TPU here")
+    rows = [
+        Row("ok", Outcome("works", "2 steps"), Outcome("works")),
+        Row("broken", Outcome("fails", "ValueError: boom."), Outcome("works"), issue="org/repo#1",
+            alternative="the custom loop"),
+        Row("n/a", Outcome("-", "does not apply"), Outcome("works")),
+        Row("tpu", missing, missing),
+    ]
+    text = support.render_matrix(rows)
+    lines = text.splitlines()
+    assert lines[0].split() == ["strategy", "Model.fit", "custom", "loop", "(Adam)"]
+    assert "fails [1]" in text and "not run [2]  not run [2]" in text.replace("   ", "  ")
+    assert "[1] ValueError: boom; org/repo#1; works instead: the custom loop." in lines
+    assert "[2] no TPU here." in lines
+    assert "[3]" not in text
+    assert support.as_dict(rows)[1]["issue"] == "org/repo#1"
+
+
+def test_outcomes_are_read_from_the_last_json_line():
+    stdout = "noise\n" + json.dumps({"custom_loop": {"status": "works", "note": ""},
+                                     "fit": {"status": "fails", "note": "E"}}) + "\n"
+    assert support._outcomes_from(stdout, ("custom_loop", "fit")) == {
+        "custom_loop": Outcome("works", ""), "fit": Outcome("fails", "E")}
+    assert support._outcomes_from("no json here", ("fit",)) is None
+
+
+def test_free_port_is_a_port():
+    assert 0 < support.free_port() < 65536
+
+
+@pytest.mark.parametrize("script", [support._MULTI_WORKER_SCRIPT,
+                                    support._PARAMETER_SERVER_SCRIPT.format(workers=2)])
+def test_cluster_scripts_compile(script):
+    compile(script, "<cluster script>", "exec")
