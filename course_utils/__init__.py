@@ -9,8 +9,14 @@ Where each helper is taught:
 * :func:`use_virtual_cpus`, :func:`get_strategy`, :func:`describe` - notebooks 00 and 02
 * :func:`load_fashion_mnist`, :func:`load_mnist`, :func:`make_pipelines` - notebooks 03 and 04
 * :func:`custom_training_cnn`, :func:`keras_tutorial_cnn` - notebooks 03 and 04
-* :func:`run_python` - demonstrations that need their own replica count (00, 04)
+* :func:`run_python`, :func:`run_for_replicas` - demonstrations that need their own replica
+  count (00, 02, 04)
 * :func:`scratch_dir` - every notebook that writes files
+* :func:`format_metrics`, :func:`epoch_printer`, :func:`plot_history` - training notebooks
+
+Modules taught in one notebook each: ``simulation``, ``allreduce`` and ``widgets`` (01),
+``support`` (02), ``diagnostics`` (05), ``hardware`` (06). Exercise checks are in
+``course_utils.exercises.<notebook>``.
 """
 
 from __future__ import annotations
@@ -42,6 +48,10 @@ _EXPORTS = {
     "scratch_dir": "scratch",
     "run_python": "processes",
     "run_for_replicas": "processes",
+    "explore_data_parallelism": "widgets",
+    "update_factor": "diagnostics",
+    "detect_strategy": "hardware",
+    "quiet_native_logs": "runtime",
     "CourseError": "errors",
     "ConfigError": "errors",
     "ReplicaCountError": "errors",
