@@ -1,0 +1,28 @@
+"""Grading a class: the machinery behind ``python -m course_utils.grade``.
+
+The grader never trusts the notebook a student hands in. It reads every submission into memory,
+finds which course notebook each one is, picks out the student's code for each exercise, and
+builds a *graded notebook*: the canonical master from ``solutions/`` with each exercise's solution
+cell replaced by the student's code, the canonical check cells, and no outputs, tags or nbval
+markers. That notebook runs under pytest + nbval (lax mode, one kernel per submission) in a
+temporary folder of its own, inside an OS sandbox where the machine allows one. Per-cell results
+decide each exercise:
+
+* ``passed``: the check cell ran and printed its ``[pass] ID`` line;
+* ``failed``: the check raised :class:`~course_utils.ExerciseError` (its message is the hint);
+* ``error``: any other exception, in the student's exercise cell or in the check (the student's
+  code raised while the check called it, the cell has a syntax error, the kernel died...);
+* ``timeout``: the exercise's cells did not finish within the cell timeout, or never ran because
+  the notebook ran out of time;
+* ``missing``: no code for the exercise was found in the submission.
+
+Modules: :mod:`.course` (the masters), :mod:`.submissions` (finding and reading hand-ins),
+:mod:`.extract` (student code and the graded notebook), :mod:`.runner` (one isolated run),
+:mod:`.plugin` (the pytest plugin loaded into each run), :mod:`.sandbox` (read-only file system
+on Linux), :mod:`.report` (JSON, CSV, Markdown and feedback files), :mod:`.cli` (the command).
+"""
+
+from __future__ import annotations
+
+NOTEBOOK_STATUSES = ("graded", "invalid", "timeout", "error")
+EXERCISE_STATUSES = ("passed", "failed", "error", "timeout", "missing")

@@ -1,0 +1,170 @@
+"""The student's code for each exercise, and the graded notebook built from it.
+
+How an exercise's answer is found in a submission, in order:
+
+1. for each name the master's solution cell defines (``def replica_ids``), the *last* code cell
+   of the submission that defines it at top level: the definition in force after running the
+   notebook from top to bottom, wherever the student moved it;
+2. else the last cell whose metadata says ``course: {role: solution, exercise: ID}``;
+3. else the cell holding the exercise's placeholder (``Exercise ID: replace this line``).
+
+Cells the student added that define helpers the answer uses (and the course does not define) are
+included before it. Nothing found means the exercise is ``missing``.
+
+The graded notebook is the master with every output removed and each solution cell replaced by
+the student's code (nbval markers removed, shell lines commented out); every other cell, checks
+included, is the course's own.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from . import code
+from .course import CourseNotebook
+from .submissions import Submission
+
+
+@dataclass
+class Answer:
+    """What the student wrote for one exercise."""
+
+    exercise: str
+    source: Optional[str]
+    cells: list[int] = field(default_factory=list)
+    how: str = ""
+
+
+@dataclass(frozen=True)
+class ExerciseCells:
+    """Where an exercise sits in the graded notebook, counted in code cells (as nbval does)."""
+
+    id: str
+    solution: int
+    check: int
+
+
+@dataclass
+class GradedNotebook:
+    notebook: Any
+    exercises: list[ExerciseCells]
+    answers: dict[str, Answer]
+    #: Code-cell numbers of the student's cells (every solution cell).
+    student_cells: frozenset[int]
+    #: The names each exercise's answer must define.
+    names: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _meta(cell: dict[str, Any]) -> dict[str, Any]:
+    meta = cell.get("metadata", {}).get("course", {})
+    return meta if isinstance(meta, dict) else {}
+
+
+def find_answers(sub: Submission, nb: CourseNotebook) -> dict[str, Answer]:
+    """The student's code for every exercise of ``nb`` (``source=None`` when missing)."""
+    code_cells = [(i, c) for i, c in enumerate(sub.cells) if c["cell_type"] == "code"]
+    defined = {i: code.defined_names(c["source"]) for i, c in code_cells}
+    exercise_names = {n for ex in nb.exercises for n in ex.names}
+    answers: dict[str, Answer] = {}
+    for ex in nb.exercises:
+        chosen: set[int] = set()
+        for name in ex.names:
+            holders = [i for i, _ in code_cells if name in defined[i]]
+            if holders:
+                chosen.add(holders[-1])
+        how = f"defines {', '.join(ex.names)}" if chosen else ""
+        if not chosen:
+            tagged = [i for i, c in code_cells
+                      if _meta(c).get("role") == "solution" and _meta(c).get("exercise") == ex.id]
+            if tagged:
+                chosen, how = {tagged[-1]}, "cell metadata"
+        if not chosen:
+            marked = [i for i, c in code_cells if f"Exercise {ex.id}:" in c["source"]]
+            if marked:
+                chosen, how = {marked[-1]}, "placeholder text"
+        if not chosen:
+            answers[ex.id] = Answer(ex.id, None, [], "nothing found")
+            continue
+        # Helpers the answer calls, defined in cells the student added.
+        needed = set().union(*(code.used_names(sub.cells[i]["source"]) for i in chosen))
+        provided = set().union(*(defined[i] for i in chosen)) | set(nb.course_names) | exercise_names
+        helpers: set[int] = set()
+        for _ in range(5):
+            missing = needed - provided
+            if not missing:
+                break
+            added = False
+            for i, cell in reversed(code_cells):
+                if i in chosen or i in helpers or code.normalise(cell["source"]) in nb.cell_texts:
+                    continue
+                if code.used_names(cell["source"]) & set(ex.names):
+                    continue  # it calls the answer: it cannot run before it
+                own = code.defined_names(cell["source"], imports=True)
+                if own & missing:
+                    helpers.add(i)
+                    provided |= own
+                    needed |= code.used_names(cell["source"])
+                    missing -= own
+                    added = True
+            if not added:
+                break
+        cells = sorted(helpers) + sorted(chosen)
+        source = "\n\n".join(clean(sub.cells[i]["source"]) for i in cells)
+        answers[ex.id] = Answer(ex.id, source, cells, how + (" (+ helper cells)" if helpers else ""))
+    return answers
+
+
+def clean(source: str) -> str:
+    """A student's cell as the grader runs it: no nbval markers, no shell commands."""
+    return code.neutralise_shell(code.strip_markers(source)).strip("\n")
+
+
+def build(nb: CourseNotebook, answers: dict[str, Answer]) -> GradedNotebook:
+    """The canonical master with the student's code in each solution cell, without outputs."""
+    graded = copy.deepcopy(nb.master)
+    code_number: dict[int, int] = {}
+    count = 0
+    for index, cell in enumerate(graded.cells):
+        cell.pop("attachments", None)
+        if cell.cell_type == "code":
+            code_number[index] = count
+            count += 1
+            cell.outputs = []
+            cell.execution_count = None
+        cell.metadata = {k: v for k, v in cell.metadata.items() if k in {"course", "tags"}}
+    student_cells = set()
+    cells = []
+    for ex in nb.exercises:
+        solution = graded.cells[ex.solution_cell]
+        answer = answers.get(ex.id)
+        solution.source = answer.source if answer and answer.source is not None else ex.placeholder
+        solution.metadata = {"course": {"role": "solution", "exercise": ex.id}}
+        student_cells.add(code_number[ex.solution_cell])
+        cells.append(ExerciseCells(ex.id, code_number[ex.solution_cell], code_number[ex.check_cell]))
+    keep = {"kernelspec"}
+    graded.metadata = {k: v for k, v in graded.metadata.items() if k in keep}
+    return GradedNotebook(graded, cells, answers, frozenset(student_cells),
+                          {ex.id: ex.names for ex in nb.exercises})
+
+
+def describe(answers: dict[str, Answer], sub: Submission) -> list[str]:
+    """Where each answer came from, for the answers a grader may want to double-check: found
+    somewhere other than the cell tagged for it (moved, re-tagged, metadata lost), found by a
+    fallback, with helper cells, or not found at all."""
+    lines = []
+    for ident, answer in answers.items():
+        if answer.source is None:
+            lines.append(f"{ident}: no code found")
+            continue
+        tagged = all(
+            _meta(sub.cells[i]).get("role") == "solution" and _meta(sub.cells[i]).get("exercise") == ident
+            for i in answer.cells
+        )
+        if tagged and answer.how.startswith("defines") and "helper" not in answer.how:
+            continue
+        where = ", ".join(f"cell {i + 1}" for i in answer.cells)
+        reason = "" if tagged else "; its cell metadata does not mark it as this exercise's answer"
+        lines.append(f"{ident}: taken from {where} ({answer.how}{reason})")
+    return lines

@@ -1,0 +1,208 @@
+"""The pytest plugin the grader loads into every grading run (``-p course_utils.grading.plugin``).
+
+It is loaded by name from the installed package, never from the run's folder, so nothing a
+student hands in can replace it. For each notebook cell nbval runs, it
+
+* sets the cell's timeout: ``--grade-cell-timeout`` for the student's cells and their checks
+  (``--grade-student-cells``), nbval's ``--nbval-cell-timeout`` for the course's own cells;
+* watches the kernel process, to tell a crash (the kernel died) from a slow cell;
+* writes one JSON line per cell (how it ended, the exception, the outputs) to the file
+  descriptor ``--grade-fd``, a pipe to the grader that the kernel does not inherit.
+
+Lines are written as each cell finishes, so a run killed at the notebook timeout still says
+which cells finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from typing import Any, Optional
+
+import pytest
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+MAX_TEXT = 20_000
+MAX_IMAGE = 2_000_000
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("course-grade", "course_utils grading run")
+    group.addoption("--grade-fd", type=int, default=None, help="pipe to the grader")
+    group.addoption("--grade-student-cells", default="", help="code-cell numbers (comma separated)")
+    group.addoption("--grade-cell-timeout", type=float, default=None, help="seconds, for those cells")
+
+
+class Recorder:
+    def __init__(self, config: pytest.Config) -> None:
+        self.fd: int = config.getoption("--grade-fd")
+        os.set_inheritable(self.fd, False)
+        cells = config.getoption("--grade-student-cells")
+        self.student_cells = {int(c) for c in cells.split(",") if c.strip()}
+        self.cell_timeout: Optional[float] = config.getoption("--grade-cell-timeout")
+        self.course_timeout: float = config.getoption("nbval_cell_timeout")
+        self.kernel_pid_sent = False
+        self.setup_error_sent = False
+        self.died_at: Optional[float] = None
+        self.started: float = 0.0
+        self.lock = threading.Lock()
+
+    def send(self, record: dict[str, Any]) -> None:
+        data = (json.dumps(record) + "\n").encode()
+        with self.lock:
+            while data:
+                written = os.write(self.fd, data)
+                data = data[written:]
+
+
+_recorder: Optional[Recorder] = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _recorder
+    if config.getoption("--grade-fd") is not None:
+        _recorder = Recorder(config)
+        _recorder.send({"event": "start"})
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _recorder is not None:
+        _recorder.send({"event": "done", "exitstatus": int(exitstatus)})
+
+
+def _kernel(item: pytest.Item) -> Any:
+    return getattr(item.parent, "kernel", None)
+
+
+def _alive(kernel: Any) -> bool:
+    try:
+        return bool(kernel is not None and kernel.is_alive())
+    except Exception:
+        return False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    rec = _recorder
+    if rec is None or not hasattr(item, "cell_num"):
+        yield
+        return
+    timeout = rec.course_timeout
+    if item.cell_num in rec.student_cells and rec.cell_timeout:
+        timeout = rec.cell_timeout
+    item.config.option.nbval_cell_timeout = timeout
+    kernel = _kernel(item)
+    if not rec.kernel_pid_sent and kernel is not None:
+        rec.kernel_pid_sent = True
+        pid = getattr(getattr(getattr(kernel, "km", None), "provisioner", None), "pid", None)
+        rec.send({"event": "kernel", "pid": pid})
+    rec.died_at = None
+    rec.started = time.monotonic()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.5):
+            if not _alive(kernel):
+                rec.died_at = time.monotonic()
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    if _alive(kernel):
+        watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        item.config.option.nbval_cell_timeout = rec.course_timeout
+    item._grade_timeout = timeout  # type: ignore[attr-defined]
+
+
+def _outputs(item: pytest.Item) -> list[dict[str, Any]]:
+    """The cell's outputs, text capped at MAX_TEXT characters per cell in all."""
+    out: list[dict[str, Any]] = []
+    budget = MAX_TEXT
+    for output in getattr(item, "test_outputs", None) or []:
+        kind = output.get("output_type")
+        if kind == "stream":
+            text = str(output.get("text", ""))
+            if budget <= 0:
+                continue
+            if len(text) > budget:
+                text = text[:budget] + "\n[... more output, cut by the grader]\n"
+            budget -= len(text)
+            if out and out[-1]["output_type"] == "stream" and out[-1]["name"] == output.get("name"):
+                out[-1]["text"] += text
+            else:
+                out.append({"output_type": "stream", "name": output.get("name", "stdout"), "text": text})
+        elif kind in ("display_data", "execute_result"):
+            data = {}
+            for mime, value in (output.get("data") or {}).items():
+                if mime in ("text/plain", "text/markdown") and isinstance(value, str) and budget > 0:
+                    data[mime] = value[:budget]
+                    budget -= len(data[mime])
+                elif mime == "image/png" and isinstance(value, str) and len(value) < MAX_IMAGE:
+                    data[mime] = value
+            if data:
+                out.append({"output_type": "display_data", "data": data, "metadata": {}})
+        elif kind == "error":
+            out.append({"output_type": "error", "ename": str(output.get("ename", "")),
+                        "evalue": str(output.get("evalue", ""))[:MAX_TEXT],
+                        "traceback": [str(t)[:MAX_TEXT] for t in (output.get("traceback") or [])[-40:]]})
+    return out
+
+
+def _last_error(outputs: list[dict[str, Any]]) -> tuple[str, str, str]:
+    for output in reversed(outputs):
+        if output["output_type"] == "error":
+            trace = _ANSI.sub("", "\n".join(output.get("traceback", [])))
+            return output["ename"], output["evalue"], trace
+    return "", "", ""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    yield
+    rec = _recorder
+    if rec is None or not hasattr(item, "cell_num"):
+        return
+    if call.when == "setup":
+        if call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception):
+            if not rec.setup_error_sent:
+                rec.setup_error_sent = True
+                rec.send({"event": "setup-error",
+                          "message": _ANSI.sub("", str(call.excinfo.value))[-2000:]})
+        return
+    if call.when != "call":
+        return
+    outputs = _outputs(item)
+    ename, evalue, trace = _last_error(outputs)
+    record: dict[str, Any] = {"event": "cell", "cell": item.cell_num,
+                              "seconds": round(call.duration, 3), "outputs": outputs,
+                              "ename": ename, "evalue": evalue, "traceback": trace[-8000:]}
+    timeout = getattr(item, "_grade_timeout", rec.course_timeout)
+    died = rec.died_at is not None and rec.died_at - rec.started < timeout
+    if call.excinfo is None:
+        record["result"] = "ok"
+    elif call.excinfo.errisinstance(pytest.skip.Exception):
+        record["result"] = "skipped"
+    else:
+        message = _ANSI.sub("", str(call.excinfo.value))
+        record["message"] = message[-2000:]
+        if "Kernel dead on test start" in message:
+            record["result"] = "not-run"
+        elif died:
+            record["result"] = "died"
+        elif message.startswith("Timeout of"):
+            record["result"] = "timeout"
+            record["kernel_stopped"] = "Failed to interrupt" in message or "waiting for output" in message
+            record["timeout"] = timeout
+        elif type(call.excinfo.value).__name__ == "NbCellError":
+            record["result"] = "error"
+        else:
+            record["result"] = "error"
+            if not ename:
+                record["ename"], record["evalue"] = type(call.excinfo.value).__name__, message[:2000]
+    rec.send(record)
