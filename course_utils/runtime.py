@@ -144,6 +144,8 @@ def setup(*, seed: Optional[int] = 42, show_report: bool = True) -> Settings:
     env = settings()
     tf = import_tensorflow()
     warnings.filterwarnings("ignore", module="tensorflow_datasets")
+    # Emitted whenever a distributed dataset is iterated inside tf.function: noise, not a lesson.
+    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
     if env.replicas and env.replicas > 1 and not physical_devices("GPU"):
         use_virtual_cpus(env.replicas)
     if seed is not None:
