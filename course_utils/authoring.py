@@ -20,13 +20,14 @@ Conventions in a master (all in cell metadata under ``"course"``):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -303,30 +304,43 @@ def build(root: Path) -> list[Path]:
     return changed
 
 
-def execute_in_place(
-    path: Path, env: Optional[dict[str, str]] = None, timeout: int = 600
-) -> None:
-    """Execute a master notebook in its own folder and store its outputs."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(path, as_version=4)
+@contextlib.contextmanager
+def environment(env: Optional[dict[str, str]]) -> Iterator[None]:
+    """Set environment variables for the block (kernels started inside inherit them), then restore."""
     saved = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     try:
-        NotebookClient(
-            nb,
-            timeout=timeout,
-            kernel_name="python3",
-            resources={"metadata": {"path": str(path.parent)}},
-            record_timing=False,
-        ).execute()
+        yield
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def execute(nb: Any, folder: Path, env: Optional[dict[str, str]] = None, *, timeout: int = 600,
+            allow_errors: bool = False) -> Any:
+    """Execute a notebook in ``folder`` with ``env`` added to the kernel's environment."""
+    from nbclient import NotebookClient
+
+    with environment(env):
+        NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            allow_errors=allow_errors,
+            resources={"metadata": {"path": str(folder)}},
+            record_timing=False,
+        ).execute()
+    return nb
+
+
+def execute_in_place(path: Path, env: Optional[dict[str, str]] = None, timeout: int = 600) -> None:
+    """Execute a master notebook in its own folder and store its outputs."""
+    import nbformat
+
+    nb = execute(nbformat.read(path, as_version=4), path.parent, env, timeout=timeout)
     nb.metadata.pop("widgets", None)
     path.write_text(_dumps(nb))
 

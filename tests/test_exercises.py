@@ -7,12 +7,10 @@ in place, and each check cell must fail with an ExerciseError (a hint), not anot
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from course_utils import authoring
 
@@ -43,22 +41,7 @@ def test_checks_fail_on_blank_student_version(path: Path, tmp_path: Path) -> Non
     student = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
     env = {"COURSE_STRATEGY": "default", "COURSE_FAST": "1", "COURSE_OFFLINE": "1",
            "COURSE_SCRATCH": str(tmp_path / "scratch")}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        NotebookClient(
-            student,
-            timeout=600,
-            kernel_name="python3",
-            allow_errors=True,
-            resources={"metadata": {"path": str(tmp_path)}},
-        ).execute()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    authoring.execute(student, tmp_path, env, allow_errors=True)
     for ex in authoring.exercises(student):
         ename, evalue = _error_of(student.cells[ex.check_cell])
         assert ename == "ExerciseError", (
