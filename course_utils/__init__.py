@@ -15,7 +15,7 @@ Where each helper is taught:
 * :func:`format_metrics`, :func:`epoch_printer`, :func:`plot_history` - training notebooks
 
 Modules taught in one notebook each: ``simulation``, ``allreduce`` and ``widgets`` (01),
-``support`` (02), ``diagnostics`` (05), ``hardware`` (06). Exercise checks are in
+``support`` (02), ``callbacks`` (03), ``reference`` (04), ``diagnostics`` (05), ``hardware`` (06). Exercise checks are in
 ``course_utils.exercises.<notebook>``.
 """
 
@@ -48,6 +48,7 @@ _EXPORTS = {
     "scratch_dir": "scratch",
     "run_python": "processes",
     "run_for_replicas": "processes",
+    "three_phase_decay": "callbacks",
     "explore_data_parallelism": "widgets",
     "update_factor": "diagnostics",
     "detect_strategy": "hardware",

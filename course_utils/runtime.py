@@ -146,6 +146,8 @@ def setup(*, seed: Optional[int] = 42, show_report: bool = True) -> Settings:
     warnings.filterwarnings("ignore", module="tensorflow_datasets")
     # Emitted whenever a distributed dataset is iterated inside tf.function: noise, not a lesson.
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
+    # Keras 3.15 warns on every fit() of a tf.data.Dataset that shuffle=True is ignored.
+    warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
     if env.replicas and env.replicas > 1 and not physical_devices("GPU"):
         use_virtual_cpus(env.replicas)
     if seed is not None:
