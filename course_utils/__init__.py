@@ -15,7 +15,7 @@ Where each helper is taught:
 * :func:`format_metrics`, :func:`epoch_printer`, :func:`plot_history` - training notebooks
 
 Modules taught in one notebook each: ``simulation``, ``allreduce`` and ``widgets`` (01),
-``support`` (02), ``callbacks`` (03), ``reference`` (04), ``diagnostics`` (05), ``hardware`` (06). Exercise checks are in
+``support`` (02), ``callbacks`` (03), ``reference`` (04), ``diagnostics`` (05), ``hardware`` (06), ``cluster`` and its ``workers`` (07, 08). Exercise checks are in
 ``course_utils.exercises.<notebook>``.
 """
 
@@ -49,6 +49,8 @@ _EXPORTS = {
     "run_python": "processes",
     "run_for_replicas": "processes",
     "three_phase_decay": "callbacks",
+    "LocalCluster": "cluster",
+    "run_cluster": "cluster",
     "explore_data_parallelism": "widgets",
     "update_factor": "diagnostics",
     "detect_strategy": "hardware",

@@ -1,0 +1,924 @@
+"""A local cluster of real TensorFlow processes, for notebooks 07 and 08.
+
+Multi-worker training runs one process per task; each process learns its place in the cluster
+from the ``TF_CONFIG`` environment variable. :class:`LocalCluster` does on one machine what a
+cluster manager does on many:
+
+* it picks free ports (never fixed ones) and writes each task's ``TF_CONFIG``;
+* it starts one real Python process per task, running a worker module shipped with the course
+  (``python -m course_utils.workers.NAME``) or any module or script you give it;
+* it waits until every task's gRPC server has started, by watching the task's log for
+  TensorFlow's ``Started server with target`` line (never by sleeping), with a time limit;
+* it shows what the tasks print, prefixed by the task (``[worker 0] ...``), without TensorFlow's
+  start-up noise, timestamps, ports or process ids;
+* it always cleans up: after a normal end, on an exception, on a keyboard interrupt and when the
+  interpreter exits, it stops the whole process group of every task. Starting a cluster again
+  from a re-run cell first stops the one it replaces, so ports never clash and nothing is left.
+
+A task that dies stops the others (with ``MultiWorkerMirroredStrategy`` they would wait forever
+for it) and raises :class:`WorkerFailed`, whose message names the task, says how it ended and
+quotes its last lines.
+
+Usage::
+
+    from course_utils.cluster import run_cluster
+    result = run_cluster("course_utils.workers.multi_worker", ["--epochs", "3"], workers=2)
+    result["worker 1"].lines      # what worker 1 printed
+    result["worker 0"].data       # what it reported with course_utils.workers.common.report()
+
+or, to act on the cluster while it runs (stop a worker in the middle of training)::
+
+    with LocalCluster("course_utils.workers.multi_worker", args, workers=2) as cluster:
+        cluster.wait_for_line("worker 1", "holding still")
+        cluster.kill("worker 1")
+        cluster.wait()            # raises WorkerFailed naming worker 1
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+
+from .errors import ConfigError, CourseError
+
+#: The order of task types in a cluster and in printed summaries.
+TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+#: TensorFlow's log line when a task's gRPC server is up (the launcher's readiness signal).
+SERVER_STARTED = re.compile(r"Started server with target: grpc://")
+#: A line a worker may print on stdout to say it is ready without starting a server.
+READY_MARKER = "@@ready"
+#: Prefix of the machine-readable lines printed by :func:`course_utils.workers.common.report`.
+RESULT_MARKER = "@@result "
+#: What a failed gRPC bind looks like: the launcher then retries with new ports.
+_PORT_CLASH = re.compile(r"address already in use|Failed to add port|Could not start gRPC server", re.I)
+#: TensorFlow/absl log lines and Python warnings that are noise in a notebook.
+_NOISE = re.compile(
+    r"^(?:[IWEF]\d{4} [\d:. ]+\d+ [\w.]+:\d+\]|WARNING: All log messages before absl|"
+    r"WARNING:tensorflow:|WARNING:absl:|\S+\.py:\d+: \w*Warning:)"
+)
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$")
+
+# Every task process ever started from this interpreter (for leftover_processes()).
+_STARTED: list[int] = []
+# Every cluster that is running, so that atexit and a re-run cell can stop it.
+_RUNNING: "weakref.WeakSet[LocalCluster]" = weakref.WeakSet()
+_RUNNING_LOCK = threading.Lock()
+
+
+class ClusterError(CourseError):
+    """The local cluster could not start or did not finish in time."""
+
+
+class WorkerFailed(CourseError):
+    """A task of the cluster ended with an error or was killed.
+
+    ``task`` names the first task that failed (``"worker 1"``), ``reason`` says how it ended,
+    ``last_lines`` are its last printed lines and ``result`` holds what every task printed.
+    """
+
+    def __init__(self, message: str, task: str, reason: str, last_lines: list[str], result: "ClusterResult"):
+        super().__init__(message)
+        self.task = task
+        self.reason = reason
+        self.last_lines = last_lines
+        self.result = result
+
+
+# --------------------------------------------------------------------------- TF_CONFIG
+
+
+def pick_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports, chosen by ``portpicker`` (never fixed numbers)."""
+    try:
+        import portpicker
+    except ImportError:  # pragma: no cover - portpicker is pinned; a bare socket is the fallback
+        portpicker = None
+    ports: list[int] = []
+    while len(ports) < count:
+        if portpicker is not None:
+            port = portpicker.pick_unused_port()
+        else:  # pragma: no cover
+            with socket.socket() as s:
+                s.bind(("localhost", 0))
+                port = s.getsockname()[1]
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def cluster_spec(
+    workers: int = 2,
+    ps: int = 0,
+    chief: int = 0,
+    evaluator: int = 0,
+    *,
+    host: str = "localhost",
+    ports: Optional[Sequence[int]] = None,
+) -> dict[str, list[str]]:
+    """A cluster description ``{"worker": ["localhost:PORT", ...], ...}`` on free ports.
+
+    Jobs with no task are left out. ``ports`` (one per task, in the order chief, worker, ps,
+    evaluator) are picked with :func:`pick_ports` unless given.
+    """
+    counts = {"chief": chief, "worker": workers, "ps": ps, "evaluator": evaluator}
+    for kind, n in counts.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ConfigError(f"{kind}={n!r}: give a whole number of tasks >= 0.")
+    if counts["chief"] > 1 or counts["evaluator"] > 1:
+        raise ConfigError("A cluster has at most one chief and one evaluator.")
+    total = sum(counts.values())
+    if total == 0:
+        raise ConfigError("A cluster needs at least one task (workers=1 or more).")
+    ports = list(ports) if ports is not None else pick_ports(total)
+    if len(ports) != total:
+        raise ConfigError(f"Give one port per task: {total} tasks, {len(ports)} ports.")
+    spec: dict[str, list[str]] = {}
+    it = iter(ports)
+    for kind in TASK_TYPES:
+        if counts[kind]:
+            spec[kind] = [f"{host}:{next(it)}" for _ in range(counts[kind])]
+    return spec
+
+
+def make_tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, task_index: int) -> dict[str, Any]:
+    """The ``TF_CONFIG`` of one task: the whole cluster, and which task this process is."""
+    if task_type not in cluster:
+        raise ConfigError(f"There is no {task_type!r} job in this cluster (jobs: {', '.join(cluster)}).")
+    if not 0 <= task_index < len(cluster[task_type]):
+        raise ConfigError(
+            f"The {task_type!r} job has {len(cluster[task_type])} task(s): index {task_index} does not exist."
+        )
+    return {
+        "cluster": {kind: list(addresses) for kind, addresses in cluster.items()},
+        "task": {"type": task_type, "index": int(task_index)},
+    }
+
+
+def chief_of(cluster: Mapping[str, Sequence[str]]) -> str:
+    """The task that acts as chief: the ``chief`` task if there is one, else ``worker 0``."""
+    if cluster.get("chief"):
+        return "chief 0"
+    if cluster.get("worker"):
+        return "worker 0"
+    return f"{next(iter(cluster))} 0"
+
+
+def tasks_of(cluster: Mapping[str, Sequence[str]]) -> list[tuple[str, int]]:
+    """Every ``(task_type, index)`` of a cluster, chief first."""
+    order = {kind: i for i, kind in enumerate(TASK_TYPES)}
+    kinds = sorted(cluster, key=lambda k: order.get(k, len(order)))
+    return [(kind, i) for kind in kinds for i in range(len(cluster[kind]))]
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class TaskLog:
+    """What one task printed and how it ended."""
+
+    task: str
+    returncode: Optional[int] = None
+    lines: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    stderr_tail: list[str] = field(default_factory=list)
+    stopped_by_launcher: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def how_it_ended(self) -> str:
+        """``exit code 0``, ``exit code 1 (ValueError: ...)``, ``killed by signal SIGKILL``..."""
+        code = self.returncode
+        if code is None:
+            return "still running"
+        if self.stopped_by_launcher:
+            return "stopped by the launcher"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = str(-code)
+            return f"killed by signal {name}"
+        if code == 0:
+            return "exit code 0"
+        error = summarize_error(self.stderr_tail)
+        return f"exit code {code}" + (f" ({error})" if error else "")
+
+
+@dataclass
+class ClusterResult:
+    """The logs of every task of a finished cluster, in cluster order."""
+
+    tasks: dict[str, TaskLog]
+    cluster: dict[str, list[str]]
+
+    def __getitem__(self, task: str) -> TaskLog:
+        return self.tasks[task]
+
+    def __iter__(self):
+        return iter(self.tasks.values())
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.tasks.values())
+
+    def lines(self, task: str) -> list[str]:
+        return self.tasks[task].lines
+
+    def show(self, tasks: Optional[Iterable[str]] = None) -> None:
+        """Print the logs, one task after the other (a deterministic order)."""
+        for name in tasks or self.tasks:
+            for line in self.tasks[name].lines:
+                print(f"[{name}] {line}")
+
+
+def summarize_error(lines: Sequence[str], limit: int = 240) -> str:
+    """The Python exception at the end of a log, on one line: ``ValueError: ...``.
+
+    Multi-line messages are joined; the contents of distributed values (``PerReplica:{...}``)
+    and memory addresses are left out so that the line is the same from run to run.
+    """
+    lines = [line.rstrip() for line in lines if line.strip()]
+    start = None
+    for i in range(len(lines) - 1, -1, -1):
+        if _EXCEPTION_LINE.match(lines[i]) and not lines[i].startswith(" "):
+            start = i
+            break
+    if start is None:
+        return ""
+    text = " ".join(part.strip() for part in lines[start:])
+    return shorten_error(text, limit)
+
+
+def shorten_error(text: str, limit: int = 240) -> str:
+    """One stable line from an exception message (see :func:`summarize_error`)."""
+    text = re.sub(r"\s+", " ", text).strip()
+    text = re.sub(r"(PerReplica|Mirrored|SyncOnRead|DistributedValues):\{.*?\}\)", r"\1:{...})", text)
+    text = re.sub(r"<class '[\w.]*\.(\w+)'>", r"\1", text)
+    text = re.sub(r" at 0x[0-9a-fA-F]+", "", text)
+    text = re.sub(r"^(?:[A-Za-z_]\w*\.)+([A-Z]\w*(?:Error|Exception))", r"\1", text)
+    if len(text) > limit:
+        text = text[: limit - 3].rstrip() + "..."
+    return text
+
+
+# --------------------------------------------------------------------------- the launcher
+
+
+@dataclass
+class _Task:
+    name: str
+    kind: str
+    index: int
+    log: TaskLog
+    process: Optional[subprocess.Popen] = None
+    ready: bool = False
+    eof: int = 0  # streams closed (2 when both are)
+    stderr: collections.deque = field(default_factory=lambda: collections.deque(maxlen=400))
+    readers: list = field(default_factory=list)
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parents[1])
+
+
+class LocalCluster:
+    """A cluster of real processes on this machine; see the module documentation.
+
+    ``target`` is a module run with ``python -m`` (``"course_utils.workers.multi_worker"``) or
+    the path of a ``.py`` script; ``args`` are its command-line arguments.
+
+    ``stream`` chooses what is printed while the cluster runs: ``"chief"`` (the default) prints
+    the chief's lines as they arrive and every other task's lines after the run, one task after
+    the other, so the output is the same every time; ``"all"`` prints every line as it arrives
+    (interleaved); ``"none"`` prints nothing (see :meth:`ClusterResult.show`).
+
+    ``timeout`` limits the whole run, ``start_timeout`` the wait for every server to start.
+    ``env`` adds environment variables to every task (``{"TF_USE_LEGACY_KERAS": "1"}``).
+    The notebook's ``COURSE_STRATEGY`` and ``COURSE_REPLICAS`` are not passed on, so a worker
+    behaves the same whatever the notebook runs under; set them in ``env`` to pass them.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        args: Sequence[Any] = (),
+        *,
+        workers: int = 2,
+        ps: int = 0,
+        chief: int = 0,
+        evaluator: int = 0,
+        env: Optional[Mapping[str, str]] = None,
+        stream: str = "chief",
+        timeout: float = 300.0,
+        start_timeout: float = 180.0,
+        wait_ready: bool = True,
+        cwd: Optional[Union[str, Path]] = None,
+        name: Optional[str] = None,
+        verbose: bool = True,
+        announce: bool = True,
+        prefix: bool = True,
+        use_gpus: bool = False,
+        tf_config: bool = True,
+    ) -> None:
+        if stream not in {"chief", "all", "none"}:
+            raise ConfigError(f"stream={stream!r}: use 'chief', 'all' or 'none'.")
+        self.target = str(target)
+        self.args = [str(a) for a in args]
+        self.counts = {"chief": chief, "worker": workers, "ps": ps, "evaluator": evaluator}
+        self._spec(list(range(1, 1 + sum(self.counts.values()))))  # validates the counts
+        self.env = dict(env or {})
+        self.stream = stream
+        self.timeout = float(timeout)
+        self.start_timeout = float(start_timeout)
+        self.wait_ready_first = wait_ready
+        self.cwd = str(cwd) if cwd is not None else None
+        self.name = name or self.target
+        self.verbose = verbose
+        self.announce = announce and verbose
+        self.prefix = prefix
+        self.use_gpus = use_gpus
+        self.tf_config = tf_config
+        self.cluster: dict[str, list[str]] = {}
+        self.ports: list[int] = []
+        self._tasks: dict[str, _Task] = {}
+        self._events: "queue.Queue[tuple[str, str, Optional[str]]]" = queue.Queue()
+        self._started_at = 0.0
+        self._deadline = 0.0
+        self._printed: dict[str, int] = {}
+        self._held: list[tuple[str, str]] = []
+        self._running = False
+        self._killed: set[str] = set()
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def chief(self) -> str:
+        return chief_of(self.cluster) if self.cluster else ("chief 0" if self.counts["chief"] else "worker 0")
+
+    @property
+    def task_names(self) -> list[str]:
+        return list(self._tasks)
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """The process id of every task started (for tests and for the curious; never printed)."""
+        return {n: t.process.pid for n, t in self._tasks.items() if t.process is not None}
+
+    def alive(self) -> list[str]:
+        """The tasks whose process group still has a live process."""
+        return [n for n, t in self._tasks.items() if t.process is not None and _group_alive(t.process)]
+
+    def _spec(self, ports: list[int]) -> dict[str, list[str]]:
+        c = self.counts
+        return cluster_spec(c["worker"], c["ps"], c["chief"], c["evaluator"], ports=ports)
+
+    # ------------------------------------------------------------------ starting
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __del__(self) -> None:  # a cluster object dropped without stop(): leave nothing behind
+        try:
+            self.stop(quiet=True)
+        except Exception:
+            pass
+
+    def start(self) -> "LocalCluster":
+        """Start every task and wait until all of them are ready; returns the cluster."""
+        if self._running:
+            raise ClusterError("This cluster is already running; call stop() first.")
+        if not hasattr(os, "killpg"):
+            raise ClusterError(
+                "The local cluster needs Linux or macOS (process groups); on Windows, use WSL or Colab."
+            )
+        _stop_previous(self.name)
+        attempts = 3
+        for attempt in range(attempts):
+            self._launch()
+            try:
+                if self.wait_ready_first:
+                    self._wait_ready()
+                return self
+            except _PortClash:
+                self.stop(quiet=True)
+                if attempt == attempts - 1:
+                    raise ClusterError(
+                        "Could not find free ports for the cluster after 3 attempts: another program "
+                        "keeps taking them. Try again in a moment."
+                    ) from None
+            except BaseException:
+                self.stop(quiet=True)
+                raise
+        return self  # pragma: no cover
+
+    def _launch(self) -> None:
+        total = sum(self.counts.values())
+        self.ports = pick_ports(total)
+        self.cluster = self._spec(self.ports)
+        self._events = queue.Queue()
+        self._tasks = {}
+        self._printed = {}
+        self._held = []
+        self._killed = set()
+        self._started_at = time.monotonic()
+        self._deadline = self._started_at + self.timeout
+        base_env = {k: v for k, v in os.environ.items() if k not in {"COURSE_STRATEGY", "COURSE_REPLICAS", "TF_CONFIG"}}
+        python_path = os.pathsep.join(p for p in (_package_root(), base_env.get("PYTHONPATH", "")) if p)
+        with _RUNNING_LOCK:
+            _RUNNING.add(self)
+        self._running = True
+        for kind, index in tasks_of(self.cluster):
+            name = f"{kind} {index}"
+            env = dict(base_env)
+            env.update(
+                {
+                    "PYTHONUNBUFFERED": "1",
+                    "PYTHONPATH": python_path,
+                    # INFO level, so that TensorFlow logs "Started server with target" on stderr
+                    # (the readiness signal); stderr is never shown, only searched.
+                    "TF_CPP_MIN_LOG_LEVEL": "0",
+                    "COURSE_CLUSTER_PARENT": str(os.getpid()),
+                    "COURSE_CLUSTER_DEADLINE": str(time.time() + self.timeout + 30),
+                    "COURSE_TASK": name,
+                }
+            )
+            if not self.use_gpus:
+                env["CUDA_VISIBLE_DEVICES"] = ""
+            if self.tf_config:
+                env["TF_CONFIG"] = json.dumps(make_tf_config(self.cluster, kind, index))
+            env.update(self.env)
+            if self.target.endswith(".py"):
+                command = [sys.executable, "-u", self.target, *self.args]
+            else:
+                command = [sys.executable, "-u", "-m", self.target, *self.args]
+            task = _Task(name, kind, index, TaskLog(name))
+            self._tasks[name] = task
+            self._printed[name] = 0
+            task.process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=self.cwd,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                bufsize=1,
+                start_new_session=True,  # its own process group: stop() kills it and its children
+            )
+            _STARTED.append(task.process.pid)
+            for stream_name, pipe in (("out", task.process.stdout), ("err", task.process.stderr)):
+                reader = threading.Thread(
+                    target=_read_lines, args=(pipe, name, stream_name, self._events), daemon=True
+                )
+                reader.start()
+                task.readers.append(reader)
+        if self.announce:
+            kinds = ", ".join(f"{len(v)} {k}{'s' if len(v) != 1 and k != 'ps' else ''}" for k, v in self.cluster.items())
+            print(
+                f"[cluster] started {kinds} as separate processes on this machine "
+                f"({'TF_CONFIG written for each, ' if self.tf_config else ''}free ports picked at random)"
+            )
+
+    def _wait_ready(self) -> None:
+        limit = time.monotonic() + self.start_timeout
+        while not all(t.ready for t in self._tasks.values()):
+            self._pump(0.1)
+            for task in self._tasks.values():
+                if task.ready:
+                    continue
+                code = task.process.poll() if task.process else None
+                if code is not None:
+                    self._drain(task)
+                    if code != 0 and any(_PORT_CLASH.search(l) for l in task.stderr):
+                        raise _PortClash()
+                    if code == 0:
+                        task.ready = True
+                        continue
+                    self._raise_failed(task.name)
+            if time.monotonic() > limit:
+                waiting = [t.name for t in self._tasks.values() if not t.ready]
+                self.stop(quiet=True)
+                self._finish_logs()
+                raise ClusterError(
+                    f"The cluster did not start within {self.start_timeout:.0f} s: "
+                    f"{', '.join(waiting)} never reported a started server. "
+                    + _last_lines_text(self._tasks, waiting)
+                )
+        if self.announce:
+            names = ", ".join(self._tasks)
+            print(f"[cluster] ready: {names} {'is' if len(self._tasks) == 1 else 'are'} up")
+        self._release_held()
+
+    # ------------------------------------------------------------------ running
+
+    def _pump(self, wait: float) -> None:
+        """Handle what the reader threads saw (printing happens here, in the caller's thread)."""
+        try:
+            event = self._events.get(timeout=wait)
+        except queue.Empty:
+            return
+        while True:
+            self._handle(*event)
+            try:
+                event = self._events.get_nowait()
+            except queue.Empty:
+                break
+
+    def _handle(self, name: str, stream_name: str, line: Optional[str]) -> None:
+        task = self._tasks.get(name)
+        if task is None:
+            return
+        if line is None:
+            task.eof += 1
+            return
+        line = line.rstrip("\n")
+        if stream_name == "err":
+            task.stderr.append(line)
+            if SERVER_STARTED.search(line):
+                task.ready = True
+            return
+        if line.startswith(RESULT_MARKER):
+            try:
+                task.log.data.update(json.loads(line[len(RESULT_MARKER):]))
+            except json.JSONDecodeError:
+                pass
+            return
+        if line.strip() == READY_MARKER:
+            task.ready = True
+            return
+        if _NOISE.match(line):
+            return
+        task.log.lines.append(line)
+        self._show(name, line)
+
+    def _show(self, name: str, line: str) -> None:
+        if not self.verbose or self.stream == "none":
+            return
+        live = self.stream == "all" or name == self.chief
+        all_ready = all(t.ready for t in self._tasks.values())
+        if live and (all_ready or not self.wait_ready_first):
+            self._release_held()
+            print(self._format(name, line), flush=True)
+            self._printed[name] += 1
+        elif live:
+            self._held.append((name, line))
+
+    def _format(self, name: str, line: str) -> str:
+        return f"[{name}] {line}" if self.prefix else line
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, []
+        for name, line in held:
+            print(self._format(name, line), flush=True)
+            self._printed[name] += 1
+
+    def _print_rest(self) -> None:
+        """After the run: the lines not printed live, task after task."""
+        self._release_held()
+        if not self.verbose or self.stream == "none":
+            return
+        for name, task in self._tasks.items():
+            for line in task.log.lines[self._printed[name]:]:
+                print(self._format(name, line), flush=True)
+            self._printed[name] = len(task.log.lines)
+
+    def wait_for_line(self, task: str, pattern: str, timeout: Optional[float] = None) -> str:
+        """Wait until ``task`` prints a line matching the regular expression ``pattern``; return it.
+
+        Raises :class:`WorkerFailed` when a task fails first, :class:`ClusterError` after
+        ``timeout`` seconds (default: what is left of the cluster's own time limit).
+        """
+        if task not in self._tasks:
+            raise ConfigError(f"No task {task!r} in this cluster (tasks: {', '.join(self._tasks)}).")
+        regex = re.compile(pattern)
+        limit = min(self._deadline, time.monotonic() + timeout) if timeout else self._deadline
+        seen = 0
+        try:
+            while True:
+                lines = self._tasks[task].log.lines
+                for line in lines[seen:]:
+                    if regex.search(line):
+                        return line
+                seen = len(lines)
+                self._check_failures()
+                if time.monotonic() > limit:
+                    self.stop(quiet=True)
+                    self._finish_logs()
+                    raise ClusterError(
+                        f"{task} did not print a line matching {pattern!r} in time; the cluster was stopped. "
+                        + _last_lines_text(self._tasks, [task])
+                    )
+                self._pump(0.1)
+        except BaseException:
+            if self._running and not isinstance(sys.exc_info()[1], (WorkerFailed, ClusterError)):
+                self.stop(quiet=True)
+            raise
+
+    def kill(self, task: str, sig: int = signal.SIGKILL) -> None:
+        """Kill one task now (``SIGKILL`` by default: like a machine losing power)."""
+        if task not in self._tasks:
+            raise ConfigError(f"No task {task!r} in this cluster (tasks: {', '.join(self._tasks)}).")
+        process = self._tasks[task].process
+        if process is not None and process.poll() is None:
+            self._killed.add(task)
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _check_failures(self) -> None:
+        # A task killed on purpose is the failure to report, even if another one died of it.
+        ordered = sorted(self._tasks.values(), key=lambda t: t.name not in self._killed)
+        for task in ordered:
+            code = task.process.poll() if task.process else None
+            if code is not None and code != 0:
+                self._raise_failed(task.name)
+
+    def _raise_failed(self, name: str) -> None:
+        task = self._tasks[name]
+        self._drain(task)  # its last lines first, then stop the others
+        others = [n for n, t in self._tasks.items() if n != name and t.process and t.process.poll() is None]
+        self.stop(quiet=True)
+        for other in others:
+            self._tasks[other].log.stopped_by_launcher = True
+        self._finish_logs()
+        self._print_rest()
+        task.log.returncode = task.process.returncode if task.process else None
+        reason = task.log.how_it_ended()
+        last = task.log.lines[-3:]
+        message = f"{name} failed: {reason}."
+        if last:
+            message += " Its last lines:\n" + "\n".join(f"  [{name}] {line}" for line in last)
+        if others:
+            message += (
+                f"\nThe launcher stopped the other task{'s' if len(others) > 1 else ''} "
+                f"({', '.join(others)}); no process of this cluster is left."
+            )
+        raise WorkerFailed(message, name, reason, last, self._result())
+
+    def wait(self, timeout: Optional[float] = None) -> ClusterResult:
+        """Wait until every task has ended; return their logs, or raise when one failed.
+
+        Whatever happens (a failure, the time limit, an interrupt), the cluster is stopped.
+        """
+        limit = min(self._deadline, time.monotonic() + timeout) if timeout else self._deadline
+        try:
+            while True:
+                self._check_failures()
+                if all(t.process is not None and t.process.poll() is not None for t in self._tasks.values()):
+                    for task in self._tasks.values():
+                        self._drain(task)
+                    break
+                if time.monotonic() > limit:
+                    self.stop(quiet=True)
+                    self._finish_logs()
+                    raise ClusterError(
+                        f"The cluster did not finish within its time limit ({self.timeout:.0f} s) and "
+                        "was stopped. " + _last_lines_text(self._tasks, list(self._tasks))
+                    )
+                self._pump(0.1)
+        except BaseException:
+            self.stop(quiet=True)
+            raise
+        self.stop(quiet=True)  # also ends anything the tasks left running, which closes their pipes
+        self._finish_logs()
+        self._print_rest()
+        if self.announce:
+            print(f"[cluster] finished: {self._finished_text()}; no process left")
+        return self._result()
+
+    def _finished_text(self) -> str:
+        codes = {t.log.returncode for t in self._tasks.values()}
+        if codes == {0}:
+            n = len(self._tasks)
+            return "exit code 0" if n == 1 else ("both tasks" if n == 2 else f"all {n} tasks") + " exited with code 0"
+        return ", ".join(f"{n}: {t.log.how_it_ended()}" for n, t in self._tasks.items())
+
+    def _drain(self, task: _Task, seconds: float = 1.0) -> None:
+        """Let an ended task's pipes deliver their last lines (a child it left running may keep
+        them open: then give up after ``seconds``; stop() ends the child)."""
+        limit = time.monotonic() + seconds
+        while task.eof < 2 and time.monotonic() < limit:
+            self._pump(0.05)
+
+    def _finish_logs(self) -> None:
+        for task in self._tasks.values():
+            if task.process is not None and task.process.poll() is not None:
+                for reader in task.readers:
+                    reader.join(timeout=0.5)
+        self._pump(0.0)
+        for task in self._tasks.values():
+            if task.process is not None:
+                task.log.returncode = task.process.poll()
+            task.log.stderr_tail = list(task.stderr)[-60:]
+
+    def _result(self) -> ClusterResult:
+        return ClusterResult({n: t.log for n, t in self._tasks.items()}, dict(self.cluster))
+
+    # ------------------------------------------------------------------ stopping
+
+    def stop(self, *, quiet: bool = False, grace: float = 2.0) -> None:
+        """Stop every task's process group (SIGTERM, then SIGKILL); safe to call many times."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            process = task.process
+            if process is not None and process.poll() is None:
+                task.log.stopped_by_launcher = True
+                _signal_group(process, signal.SIGTERM)
+        limit = time.monotonic() + grace
+        for task in tasks:
+            process = task.process
+            if process is None:
+                continue
+            try:
+                process.wait(timeout=max(0.0, limit - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            # Kill the whole group: the task, and anything it started, even after it exited.
+            _signal_group(process, signal.SIGKILL)
+            try:
+                process.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+                pass
+        for task in tasks:
+            for reader in task.readers:
+                reader.join(timeout=2.0)
+            for pipe in (task.process.stdout, task.process.stderr) if task.process else ():
+                try:
+                    pipe.close()
+                except Exception:
+                    pass
+            if task.process is not None:
+                task.log.returncode = task.process.returncode
+        self._running = False
+        with _RUNNING_LOCK:
+            _RUNNING.discard(self)
+
+
+class _PortClash(Exception):
+    pass
+
+
+def _read_lines(pipe: Any, name: str, stream_name: str, events: "queue.Queue") -> None:
+    try:
+        for line in iter(pipe.readline, ""):
+            events.put((name, stream_name, line))
+    except (ValueError, OSError):  # the pipe was closed by stop()
+        pass
+    finally:
+        events.put((name, stream_name, None))
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(process: subprocess.Popen) -> bool:
+    if process.poll() is None:
+        return True
+    try:
+        os.killpg(process.pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _last_lines_text(tasks: Mapping[str, _Task], names: Sequence[str]) -> str:
+    parts = []
+    for name in names:
+        lines = tasks[name].log.lines[-3:]
+        error = summarize_error(list(tasks[name].stderr))
+        if lines:
+            parts.append(f"Last lines of {name}:\n" + "\n".join(f"  [{name}] {l}" for l in lines))
+        if error:
+            parts.append(f"{name} reported: {error}")
+    return "\n".join(parts) if parts else "Nothing was printed."
+
+
+def _stop_previous(name: str) -> None:
+    with _RUNNING_LOCK:
+        previous = [c for c in _RUNNING if c.name == name and c._running]
+    for cluster in previous:
+        cluster.stop(quiet=True)
+        if cluster.announce:
+            print(f"[cluster] stopped the earlier cluster running {name} (a re-run cell)")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - someone else's process reuses the number
+        return False
+    try:  # a zombie (ended, waiting to be reaped) is not a running process
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def leftover_processes() -> list[int]:
+    """Process ids of everything the launchers of this interpreter started that still runs.
+
+    That is every task process and, on Linux, anything those tasks started in turn (found by the
+    ``COURSE_CLUSTER_PARENT`` variable they all inherit). After a cluster ends it must be ``[]``.
+    """
+    found = {pid for pid in _STARTED if _process_alive(pid)}
+    marker = f"COURSE_CLUSTER_PARENT={os.getpid()}".encode()
+    proc = Path("/proc")
+    if proc.is_dir():
+        for entry in proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0") and _process_alive(int(entry.name)):
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return sorted(found)
+
+
+def running_clusters() -> list[LocalCluster]:
+    """The clusters started from this interpreter that are still running."""
+    with _RUNNING_LOCK:
+        return [c for c in _RUNNING if c._running]
+
+
+def stop_all() -> None:
+    """Stop every cluster started from this interpreter (also registered with ``atexit``)."""
+    for cluster in running_clusters():
+        try:
+            cluster.stop(quiet=True)
+        except Exception:
+            pass
+
+
+atexit.register(stop_all)
+
+
+def run_cluster(target: str, args: Sequence[Any] = (), **options: Any) -> ClusterResult:
+    """Start a :class:`LocalCluster`, wait for every task to end, stop it; return the logs.
+
+    Takes the same options as :class:`LocalCluster`; raises :class:`WorkerFailed` when a task
+    fails (after stopping the others) and :class:`ClusterError` on a time limit.
+    """
+    with LocalCluster(target, args, **options) as cluster:
+        return cluster.wait()
+
+
+def run_module(target: str, args: Sequence[Any] = (), **options: Any) -> TaskLog:
+    """Run one module (or script) in a fresh process with the launcher's care; return its log.
+
+    For a program that builds its own cluster inside one process (notebook 08's in-process
+    parameter-server cluster): no ``TF_CONFIG``, no wait for a server, same clean-up and output.
+    """
+    options.setdefault("wait_ready", False)
+    options.setdefault("tf_config", False)
+    options.setdefault("announce", False)
+    options.setdefault("prefix", False)
+    options.setdefault("name", target)
+    cluster = LocalCluster(target, args, workers=1, **options)
+    with cluster:
+        result = cluster.wait()
+    return result["worker 0"]
+
+
+def port_is_free(port: int) -> bool:
+    """True when nothing listens on ``port`` and it can be bound again (used by the tests)."""
+    try:
+        import portpicker
+
+        return bool(portpicker.is_port_free(port))
+    except ImportError:  # pragma: no cover
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+                return True
+            except OSError:
+                return False

@@ -1,0 +1,14 @@
+"""Worker programs started by :mod:`course_utils.cluster`, one process per task.
+
+Each runs with ``python -m course_utils.workers.NAME`` and learns its place in the cluster from
+``TF_CONFIG``:
+
+* :mod:`.show_tf_config` - prints what its ``TF_CONFIG`` says (no TensorFlow; notebook 07);
+* :mod:`.multi_worker` - ``MultiWorkerMirroredStrategy`` training: input sharding, a custom
+  loop with chief-only checkpoints and resuming, or ``Model.fit`` (notebook 07);
+* :mod:`.parameter_servers` - an in-process parameter-server cluster with
+  ``ClusterCoordinator`` (notebook 08).
+
+:mod:`.common` holds what they share: a watchdog that ends a worker whose launcher is gone, a
+quiet TensorFlow import, and :func:`.common.report` for results the notebook reads.
+"""

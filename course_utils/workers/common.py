@@ -1,0 +1,75 @@
+"""What every worker program shares.
+
+* :func:`start` starts a watchdog thread: a worker whose launcher has gone away (the notebook
+  kernel was killed) or that outlives its time limit ends itself, so no process is orphaned;
+  then it imports TensorFlow quietly and returns it.
+* :func:`say` prints one line at once (the launcher shows it, prefixed by the task).
+* :func:`report` prints a machine-readable line that the launcher hides from the output and
+  stores in ``TaskLog.data`` for the notebook to read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any, Optional
+
+from ..cluster import READY_MARKER, RESULT_MARKER
+
+
+def _watch(parent: int, deadline: float) -> None:
+    while True:
+        if parent and os.getppid() != parent:
+            os._exit(70)  # the launcher is gone: never outlive it
+        if deadline and time.time() > deadline:
+            os._exit(71)  # past the launcher's time limit
+        time.sleep(0.5)
+
+
+def start_watchdog() -> None:
+    """End this process when its launcher dies or its time is up (see the module doc)."""
+    parent = int(os.environ.get("COURSE_CLUSTER_PARENT", "0") or 0)
+    deadline = float(os.environ.get("COURSE_CLUSTER_DEADLINE", "0") or 0)
+    if parent or deadline:
+        threading.Thread(target=_watch, args=(parent, deadline), name="watchdog", daemon=True).start()
+
+
+def start() -> Any:
+    """Start the watchdog, import TensorFlow without its start-up chatter, return the module."""
+    start_watchdog()
+    from ..runtime import import_tensorflow
+
+    return import_tensorflow()
+
+
+def say(*parts: Any) -> None:
+    print(*parts, flush=True)
+
+
+def ready() -> None:
+    """Tell the launcher this task is ready (for programs that start no TensorFlow server)."""
+    print(READY_MARKER, flush=True)
+
+
+def report(**data: Any) -> None:
+    """Hand results to the notebook: ``report(losses=[...])`` -> ``TaskLog.data["losses"]``."""
+    print(RESULT_MARKER + json.dumps(data), flush=True)
+
+
+def task_from_tf_config() -> tuple[Optional[str], Optional[int], dict]:
+    """``(task_type, task_index, cluster)`` read from ``TF_CONFIG`` (``None``s without one)."""
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return None, None, {}
+    config = json.loads(raw)
+    task = config.get("task", {})
+    return task.get("type"), task.get("index"), config.get("cluster", {})
+
+
+def hold_still(message: str) -> None:
+    """Print ``message`` and wait to be stopped (used to stop a worker at a known moment)."""
+    say(message)
+    while True:
+        time.sleep(1.0)
