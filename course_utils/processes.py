@@ -8,6 +8,7 @@ its own. Its output is then the same whatever strategy the notebook itself runs 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -59,17 +60,29 @@ def run_python(
         full_env["COURSE_REPLICAS"] = str(replicas)
     if env:
         full_env.update(env)
+    # Its own process group, so a timeout stops whatever the code started too.
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+        start_new_session=True,
+    )
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)],
-            capture_output=True,
-            text=True,
-            env=full_env,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        raise CourseError(f"The process did not finish within {timeout:.0f} s and was stopped.") from None
-    return ProcessResult(done.returncode, done.stdout, done.stderr)
+        stdout, stderr = process.communicate(timeout=timeout)
+    except BaseException as error:  # a timeout, or the notebook interrupted: stop the group
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.communicate()
+        if isinstance(error, subprocess.TimeoutExpired):
+            raise CourseError(
+                f"The process did not finish within {timeout:.0f} s and was stopped."
+            ) from None
+        raise
+    return ProcessResult(process.returncode, stdout, stderr)
 
 
 def run_for_replicas(
