@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import textwrap
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -175,18 +174,6 @@ def attempt(probe: Callable[..., Sequence[float]], *args: Any, **kwargs: Any) ->
 # --------------------------------------------------------------------------- clusters on this machine
 
 
-def free_port() -> int:
-    """A TCP port on localhost that is free right now (portpicker when installed)."""
-    try:
-        import portpicker
-
-        return int(portpicker.pick_unused_port())
-    except ImportError:
-        with socket.socket() as sock:
-            sock.bind(("localhost", 0))
-            return int(sock.getsockname()[1])
-
-
 #: Cluster processes use their CPU as one device, whatever the notebook's own settings are.
 _PLAIN_CPU = {"COURSE_REPLICAS": "1", "COURSE_STRATEGY": "auto"}
 
@@ -226,14 +213,11 @@ def run_multi_worker(workers: int = 2, timeout: float = 240.0) -> dict[str, Any]
     """
     from .processes import run_python
 
-    addresses = [f"localhost:{free_port()}" for _ in range(workers)]
+    from .cluster import cluster_spec, make_tf_config
+
+    spec = cluster_spec(workers=workers)
     envs = [
-        {
-            "TF_CONFIG": json.dumps(
-                {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": i}}
-            ),
-            **_PLAIN_CPU,
-        }
+        {"TF_CONFIG": json.dumps(make_tf_config(spec, "worker", i)), **_PLAIN_CPU}
         for i in range(workers)
     ]
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -267,10 +251,10 @@ from course_utils.runtime import import_tensorflow
 tf = import_tensorflow()
 import keras
 from course_utils import support
+from course_utils.cluster import cluster_spec
 
 workers, ps = {workers}, 1
-cluster = {{"worker": [f"localhost:{{support.free_port()}}" for _ in range(workers)],
-            "ps": [f"localhost:{{support.free_port()}}" for _ in range(ps)]}}
+cluster = cluster_spec(workers=workers, ps=ps)
 spec = tf.train.ClusterSpec(cluster)
 config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=workers + 1)
 servers = [tf.distribute.Server(spec, job_name="worker", task_index=i, config=config, protocol="grpc")

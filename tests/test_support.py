@@ -80,9 +80,6 @@ def test_outcomes_are_read_from_the_last_json_line():
     assert support._outcomes_from("no json here", ("fit",)) is None
 
 
-def test_free_port_is_a_port():
-    assert 0 < support.free_port() < 65536
-
 
 @pytest.mark.parametrize("script", [support._MULTI_WORKER_SCRIPT,
                                     support._PARAMETER_SERVER_SCRIPT.format(workers=2)])
