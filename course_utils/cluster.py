@@ -76,7 +76,7 @@ _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exceptio
 _STARTED: list[int] = []
 # Every cluster that is running, so that atexit and a re-run cell can stop it.
 _RUNNING: "weakref.WeakSet[LocalCluster]" = weakref.WeakSet()
-_RUNNING_LOCK = threading.Lock()
+_RUNNING_LOCK = threading.RLock()
 
 
 class ClusterError(CourseError):
@@ -399,7 +399,9 @@ class LocalCluster:
 
     def __del__(self) -> None:  # a cluster object dropped without stop(): leave nothing behind
         try:
-            self.stop(quiet=True)
+            # The garbage collector may run this while another cluster holds the registry lock
+            # (for example while a re-run cell looks for the cluster it replaces): never take it.
+            self.stop(quiet=True, _finalizing=True)
         except Exception:
             pass
 
@@ -739,7 +741,7 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ stopping
 
-    def stop(self, *, quiet: bool = False, grace: float = 2.0) -> None:
+    def stop(self, *, quiet: bool = False, grace: float = 2.0, _finalizing: bool = False) -> None:
         """Stop every task's process group (SIGTERM, then SIGKILL); safe to call many times."""
         tasks = list(self._tasks.values())
         for task in tasks:
@@ -773,8 +775,9 @@ class LocalCluster:
             if task.process is not None:
                 task.log.returncode = task.process.returncode
         self._running = False
-        with _RUNNING_LOCK:
-            _RUNNING.discard(self)
+        if not _finalizing:  # a finalized object has already left the weak registry
+            with _RUNNING_LOCK:
+                _RUNNING.discard(self)
 
 
 class _PortClash(Exception):
