@@ -15,7 +15,7 @@ Where each helper is taught:
 * :func:`format_metrics`, :func:`epoch_printer`, :func:`plot_history` - training notebooks
 
 Modules taught in one notebook each: ``simulation``, ``allreduce`` and ``widgets`` (01),
-``support`` (02), ``callbacks`` (03), ``reference`` (04), ``diagnostics`` (05), ``hardware`` (06), ``cluster`` and its ``workers`` (07, 08). Exercise checks are in
+``support`` (02), ``callbacks`` (03), ``reference`` (04), ``diagnostics`` (05), ``hardware`` (06), ``cluster`` and its ``workers`` (07, 08), ``loops`` and ``bench`` (09). Exercise checks are in
 ``course_utils.exercises.<notebook>``.
 """
 

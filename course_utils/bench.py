@@ -444,11 +444,14 @@ def _parse_result(stdout: str) -> dict[str, Any]:
     raise ValueError("no result line")
 
 
-def _run_child(call: str, *, timeout: float, what: str) -> dict[str, Any]:
+def _run_child(call: str, *, replicas: int, timeout: float, what: str) -> dict[str, Any]:
     from .processes import run_python
 
     code = f"from course_utils.bench import _child, _limit_child\n{call}\n"
-    result = run_python(code, env={"COURSE_OFFLINE": "1"}, timeout=timeout)
+    # The child sets up its own devices: nothing of the caller's COURSE_* settings may leak in
+    # (a notebook running under COURSE_REPLICAS=2 would otherwise split the CPU of every child).
+    env = {"COURSE_OFFLINE": "1", "COURSE_STRATEGY": "default"}
+    result = run_python(code, replicas=replicas, env=env, timeout=timeout)
     try:
         return _parse_result(result.stdout)
     except ValueError:
@@ -501,6 +504,7 @@ def measure_many(
                     pool.submit(
                         _run_child,
                         f"_child({spec!r})",
+                        replicas=spec["replicas"],
                         timeout=config.timeout,
                         what=f"{spec['loop']} on {spec['replicas']} replica(s)",
                     )
@@ -520,7 +524,7 @@ def measure_many(
 
 def measure_limit(size: int = 1024, timeout: float = 300.0) -> MachineLimit:
     """:func:`machine_limit` in a fresh process (one device, nothing else running in it)."""
-    raw = _run_child(f"_limit_child({size!r})", timeout=timeout, what="the matmul rate")
+    raw = _run_child(f"_limit_child({size!r})", replicas=1, timeout=timeout, what="the matmul rate")
     flops = ModelFlops(tuple(LayerFlops(**layer) for layer in raw["flops"]["layers"]))
     return MachineLimit(raw["matmul_gflops"], raw["matmul_size"], flops, raw.get("profiler_forward"))
 

@@ -13,8 +13,9 @@ measures the dispatch, not the training. ``trainer.time_runs(...)`` times runs t
   smaller, and nothing is prefetched but what ``tf.data`` adds by itself).
 * :func:`make_ctl`: the loop the course recommends: ``steps_per_call`` steps inside one
   ``tf.function`` call (a ``tf.range`` loop over the iterator, so Python is involved once per
-  call, not once per step), the input cached, repeated (one iterator for the whole training,
-  full batches only) and prefetched (``tf.data.AUTOTUNE``).
+  call, not once per step; the next batch is taken while the current step computes), the input
+  cached, repeated (one iterator for the whole training, full batches only) and prefetched
+  (``tf.data.AUTOTUNE``).
 * :func:`make_fit`: ``Model.fit`` with ``steps_per_execution=steps_per_call`` and the same
   pipeline as ``ctl``.
 
@@ -283,8 +284,13 @@ def make_ctl(
     @tf.function
     def train_steps(iterator: Any, steps: Any) -> Any:
         total = tf.constant(0.0)
-        for _ in tf.range(steps):  # a loop inside the graph: no return to Python between steps
-            per_replica_losses = strategy.run(step, args=(next(iterator),))
+        inputs = next(iterator)
+        for i in tf.range(steps):  # a loop inside the graph: no return to Python between steps
+            per_replica_losses = strategy.run(step, args=(inputs,))
+            if i + 1 < steps:
+                # Ask for the next batch now: nothing in this step waits for it, so TensorFlow
+                # hands it over while the step computes (Keras's own multi-step loop does this).
+                inputs = next(iterator)
             total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
         return total
 
