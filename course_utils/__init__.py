@@ -7,6 +7,7 @@ Where each helper is taught:
 
 * :func:`setup`, :func:`report` - notebook 00 (every notebook's set-up cell calls ``setup``)
 * :func:`use_virtual_cpus`, :func:`get_strategy`, :func:`describe` - notebooks 00 and 02
+* :func:`use_op_threads` - notebook 09 (one core per replica)
 * :func:`load_fashion_mnist`, :func:`load_mnist`, :func:`make_pipelines` - notebooks 03 and 04
 * :func:`custom_training_cnn`, :func:`keras_tutorial_cnn` - notebooks 03 and 04
 * :func:`run_python`, :func:`run_for_replicas` - demonstrations that need their own replica
@@ -33,6 +34,7 @@ _EXPORTS = {
     "fast_or": "config",
     "STRATEGY_KINDS": "config",
     "use_virtual_cpus": "devices",
+    "use_op_threads": "devices",
     "get_strategy": "strategies",
     "describe": "strategies",
     "connect_tpu": "strategies",
@@ -58,6 +60,7 @@ _EXPORTS = {
     "CourseError": "errors",
     "ConfigError": "errors",
     "ReplicaCountError": "errors",
+    "TensorFlowStartedError": "errors",
     "NoTPUError": "errors",
     "ExerciseError": "errors",
 }

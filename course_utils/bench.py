@@ -17,7 +17,14 @@ and prints examples per second. How it measures:
   the work is done (on accelerators, and in ``tf.data``), and a clock read then measures only the
   dispatch;
 * the figure reported is the median of ``--runs`` timed runs: one run slowed down by another
-  program moves a mean, not a median.
+  program moves a mean, not a median;
+* every row uses a ``MirroredStrategy`` (with ``ReductionToOneDevice``, the course's choice on
+  CPUs), one replica included, as the tutorial does whatever the machine has: the rows differ
+  only in the number of replicas;
+* the replicas divide the cores between them (``--threads per-replica``: each operation runs on
+  ``cores // replicas`` threads, at least 1). By default TensorFlow lets every operation use every
+  core, so the replicas of a virtual-CPU strategy queue for the same cores; with their own cores
+  they work side by side, as accelerators do. ``--threads default`` measures TensorFlow's setting.
 
 It also measures what this machine can do at best (the float32 matrix-multiply rate) and counts
 the model's floating-point operations per example, and reports each loop's share of that limit.
@@ -52,6 +59,8 @@ from .loops import LOOPS
 
 #: Marker of the one line a measuring process prints for its parent.
 RESULT_MARKER = "BENCH_RESULT "
+#: The thread settings besides a number (see :attr:`BenchConfig.threads`).
+THREAD_CHOICES: tuple[str, ...] = ("per-replica", "default")
 #: The keys of a row of ``--json``.
 ROW_KEYS: tuple[str, ...] = ("loop", "replicas", "examples_per_s", "median_step_ms")
 
@@ -75,6 +84,9 @@ class BenchConfig:
     jobs: int = 3  #: processes started together; they take turns for their timed runs
     matmul_size: int = 1024
     timeout: float = 900.0
+    #: threads per operation: "per-replica" (the replicas divide the cores between them),
+    #: "default" (TensorFlow's: every operation of every replica may use every core), or a number
+    threads: str = "per-replica"
 
     def __post_init__(self) -> None:
         unknown = [loop for loop in self.loops if loop not in LOOPS]
@@ -94,6 +106,27 @@ class BenchConfig:
             )
         if self.runs < 1 or self.warmup_runs < 0 or self.rounds < 1 or self.jobs < 1:
             raise CourseError("runs, rounds and jobs must be >= 1, warmup_runs >= 0.")
+        if self.threads not in THREAD_CHOICES and not (str(self.threads).isdigit() and int(self.threads) >= 1):
+            raise CourseError(
+                f"threads={self.threads!r}: give 'per-replica', 'default' or a whole number >= 1."
+            )
+
+    def op_threads(self, replicas: int) -> Optional[int]:
+        """Threads per operation for a run on ``replicas`` replicas (None: TensorFlow's default)."""
+        from .devices import threads_per_replica
+
+        if self.threads == "default":
+            return None
+        if self.threads == "per-replica":
+            return threads_per_replica(replicas)
+        return int(self.threads)
+
+    def threads_text(self) -> str:
+        if self.threads == "default":
+            return "each operation may use every core (TensorFlow's default)"
+        if self.threads == "per-replica":
+            return "the replicas divide the cores (threads per operation = cores // replicas, at least 1)"
+        return f"{int(self.threads)} thread(s) per operation"
 
 
 # --------------------------------------------------------------------------- results
@@ -398,21 +431,23 @@ def _child(spec: dict[str, Any]) -> None:
     turns = _Turns(**spec["turns"]) if spec.get("turns") else None
     try:
         from .data import FAST_SIZES, load_fashion_mnist
-        from .devices import use_virtual_cpus
+        from .devices import use_op_threads, use_virtual_cpus
         from .runtime import import_tensorflow, setup
 
         setup(seed=42, show_report=False)
         tf = import_tensorflow()
         replicas = int(spec["replicas"])
-        if replicas == 1:
-            strategy = tf.distribute.get_strategy()
-        else:
-            use_virtual_cpus(replicas)
-            strategy = tf.distribute.MirroredStrategy(
-                [f"/cpu:{i}" for i in range(replicas)],
-                cross_device_ops=tf.distribute.ReductionToOneDevice(),
-            )
         config = BenchConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec["config"].items()})
+        threads = config.op_threads(replicas)
+        if threads is not None:
+            use_op_threads(threads)
+        use_virtual_cpus(replicas)
+        # A MirroredStrategy on every count, one replica included (the tutorial creates one
+        # whatever the machine has): the rows differ only in the number of replicas.
+        strategy = tf.distribute.MirroredStrategy(
+            [f"/cpu:{i}" for i in range(replicas)],
+            cross_device_ops=tf.distribute.ReductionToOneDevice(),
+        )
         data = load_fashion_mnist(fast=config.examples <= FAST_SIZES[0], quiet=True)
         result = measure_here(
             spec["loop"],
@@ -591,6 +626,8 @@ def report(
         f"{config.steps} steps after {config.warmup_runs} warm-up run(s); each (loop, replicas) "
         "in a fresh process"
         + (f", {config.jobs} processes at a time taking turns run by run." if config.jobs > 1 else "."),
+        f"A MirroredStrategy over 1 to {max(config.replicas)} virtual CPUs on {_cores()} core(s); "
+        f"{config.threads_text()}.",
         "",
         table(measurements, limit),
         "",
@@ -619,6 +656,12 @@ def report(
         ]
     lines += ["", f"Load average (1, 5, 15 min): {loads[0]} before, {loads[1]} after."]
     return "\n".join(lines)
+
+
+def _cores() -> int:
+    from .devices import cores
+
+    return cores()
 
 
 def _int_list(values: Sequence[str]) -> tuple[int, ...]:
@@ -651,6 +694,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--warmup", type=int, default=defaults.warmup_runs, help="untimed runs first")
     parser.add_argument("--rounds", type=int, default=defaults.rounds, help="processes per pair")
     parser.add_argument("--jobs", type=int, default=defaults.jobs, help="processes started together, timed in turns")
+    parser.add_argument(
+        "--threads",
+        default=defaults.threads,
+        help="threads per operation: per-replica (cores // replicas), default (TensorFlow's: all cores) or N",
+    )
     parser.add_argument("--matmul-size", type=int, default=defaults.matmul_size)
     parser.add_argument("--no-limit", action="store_true", help="skip the matmul rate and FLOPs")
     parser.add_argument("--json", metavar="FILE", help="write the rows to FILE as JSON")
@@ -668,6 +716,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rounds=args.rounds,
             jobs=args.jobs,
             matmul_size=args.matmul_size,
+            threads=args.threads,
         )
         before = load_average()
         limit = None if args.no_limit else measure_limit(config.matmul_size)

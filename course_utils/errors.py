@@ -15,7 +15,11 @@ class ConfigError(CourseError, ValueError):
     """A ``COURSE_*`` setting or an argument has a value the course does not accept."""
 
 
-class ReplicaCountError(CourseError, RuntimeError):
+class TensorFlowStartedError(CourseError, RuntimeError):
+    """A setting that TensorFlow fixes when it starts (devices, threads) was changed afterwards."""
+
+
+class ReplicaCountError(TensorFlowStartedError):
     """The number of virtual CPUs cannot change once TensorFlow has initialised its devices."""
 
 

@@ -43,6 +43,22 @@ def test_config_is_validated() -> None:
         bench.BenchConfig(loops=("fast_loop",))
     with pytest.raises(CourseError):
         bench.BenchConfig(replicas=(0,))
+    with pytest.raises(CourseError, match="per-replica"):
+        bench.BenchConfig(threads="many")
+    with pytest.raises(CourseError):
+        bench.BenchConfig(threads="0")
+
+
+def test_thread_settings() -> None:
+    from course_utils.devices import cores
+
+    assert bench.BenchConfig(threads="default").op_threads(2) is None
+    assert bench.BenchConfig(threads="3").op_threads(2) == 3
+    per_replica = bench.BenchConfig()
+    assert per_replica.threads == "per-replica"
+    assert per_replica.op_threads(1) == cores()
+    assert per_replica.op_threads(4) == max(1, cores() // 4)
+    assert "cores // replicas" in per_replica.threads_text()
 
 
 def test_flops_of_the_course_cnn() -> None:
@@ -139,6 +155,7 @@ def test_command_writes_rows_and_prints_the_table(tmp_path: Path, capsys: pytest
     assert lines[header].split()[:4] == ["loop", "replicas", "examples/s", "step"]
     assert [line.split()[:2] for line in lines[header + 2 : header + 4]] == [["ctl", "1"], ["ctl", "2"]]
     assert "GFLOP/s" in printed and "Load average" in printed
+    assert "A MirroredStrategy over 1 to 2 virtual CPUs" in printed and "cores // replicas" in printed
 
 
 def test_command_refuses_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:

@@ -124,3 +124,46 @@ def test_bad_environment_in_setup_is_one_clear_line() -> None:
     result = run_python("import course_utils; course_utils.setup()", env={"COURSE_REPLICAS": "zero"})
     assert not result.ok
     assert result.last_error_line().startswith("course_utils.errors.ConfigError: COURSE_REPLICAS='zero'")
+
+
+@pytest.mark.parametrize(
+    ("replicas", "available", "expected"), [(1, 2, 2), (2, 2, 1), (4, 2, 1), (2, 8, 4), (3, 8, 2)]
+)
+def test_threads_per_replica_divides_the_cores(replicas, available, expected) -> None:
+    from course_utils.devices import threads_per_replica
+
+    assert threads_per_replica(replicas, available) == expected
+
+
+def test_threads_per_replica_rejects_bad_counts() -> None:
+    from course_utils.devices import cores, threads_per_replica
+
+    with pytest.raises(ConfigError):
+        threads_per_replica(0)
+    assert threads_per_replica(1) == cores() >= 1
+
+
+def test_use_op_threads_after_start_says_restart() -> None:
+    from course_utils.errors import TensorFlowStartedError
+
+    with pytest.raises(ConfigError):
+        course_utils.use_op_threads(0)
+    with pytest.raises(TensorFlowStartedError) as info:
+        course_utils.use_op_threads(7)
+    assert "Restart the kernel" in str(info.value)
+    assert "use_op_threads(7)" in str(info.value)
+
+
+def test_use_op_threads_before_start_sets_the_intra_op_pool() -> None:
+    result = course_utils.run_python(
+        """
+        import course_utils
+        course_utils.use_op_threads(1)
+        course_utils.use_op_threads(1)  # the same value again does nothing
+        import tensorflow as tf
+        print("threads", tf.config.threading.get_intra_op_parallelism_threads(), float(tf.constant(2.0) * 2))
+        """,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-500:]
+    assert "threads 1 4.0" in result.stdout
