@@ -22,9 +22,10 @@ and prints examples per second. How it measures:
   CPUs), one replica included, as the tutorial does whatever the machine has: the rows differ
   only in the number of replicas;
 * the replicas divide the cores between them (``--threads per-replica``: each operation runs on
-  ``cores // replicas`` threads, at least 1). By default TensorFlow lets every operation use every
-  core, so the replicas of a virtual-CPU strategy queue for the same cores; with their own cores
-  they work side by side, as accelerators do. ``--threads default`` measures TensorFlow's setting.
+  at most ``cores // replicas`` threads, at least 1). TensorFlow's default lets every operation
+  use every core, so on virtual CPUs the operations of different replicas compete for the same
+  cores; ``--threads default`` measures that setting. It changes little (a few percent, in
+  favour of the multi-step loops) and adds no core.
 
 It also measures what this machine can do at best (the float32 matrix-multiply rate) and counts
 the model's floating-point operations per example, and reports each loop's share of that limit.

@@ -89,9 +89,9 @@ def use_op_threads(n: int) -> int:
     """Let each TensorFlow operation run on at most ``n`` threads (TensorFlow's *intra-op*
     parallelism; by default an operation may use every core). Returns ``n``.
 
-    Virtual CPUs share the machine's cores: by default every replica's convolution asks for all
-    of them and the replicas queue for the same cores. With ``n = cores() // replicas`` each
-    replica keeps its own cores busy, as each accelerator does its own arithmetic. Like the
+    Virtual CPUs share the machine's cores, and by default the operations of every replica ask
+    for all of them. With ``n = threads_per_replica(replicas)`` the operations of different
+    replicas run next to each other, each on its share of the cores (it adds no core). Like the
     device split, it must be set before TensorFlow starts; the same ``n`` again does nothing.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
