@@ -432,23 +432,19 @@ def _child(spec: dict[str, Any]) -> None:
     turns = _Turns(**spec["turns"]) if spec.get("turns") else None
     try:
         from .data import FAST_SIZES, load_fashion_mnist
-        from .devices import use_op_threads, use_virtual_cpus
-        from .runtime import import_tensorflow, setup
+        from .devices import use_op_threads
+        from .runtime import setup
+        from .strategies import mirrored_cpus
 
         setup(seed=42, show_report=False)
-        tf = import_tensorflow()
         replicas = int(spec["replicas"])
         config = BenchConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec["config"].items()})
         threads = config.op_threads(replicas)
         if threads is not None:
             use_op_threads(threads)
-        use_virtual_cpus(replicas)
         # A MirroredStrategy on every count, one replica included (the tutorial creates one
         # whatever the machine has): the rows differ only in the number of replicas.
-        strategy = tf.distribute.MirroredStrategy(
-            [f"/cpu:{i}" for i in range(replicas)],
-            cross_device_ops=tf.distribute.ReductionToOneDevice(),
-        )
+        strategy = mirrored_cpus(replicas, needed_by="The benchmark")
         data = load_fashion_mnist(fast=config.examples <= FAST_SIZES[0], quiet=True)
         result = measure_here(
             spec["loop"],

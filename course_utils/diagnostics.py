@@ -131,19 +131,11 @@ def compare_updates(update: np.ndarray, reference: np.ndarray) -> tuple[float, f
 def cpu_replicas(n: int = 2) -> Any:
     """A ``MirroredStrategy`` over the first ``n`` logical CPUs (``use_virtual_cpus(n)`` made them).
 
-    Raises :class:`CourseError` with what to do when this runtime has fewer logical CPUs.
+    Raises :class:`ReplicaCountError` with what to do when this runtime has fewer logical CPUs.
     """
-    tf = _tf()
-    have = len(tf.config.list_logical_devices("CPU"))
-    if have < n:
-        raise CourseError(
-            f"update_factor needs {n} replicas but TensorFlow has {have} CPU device"
-            f"{'s' if have != 1 else ''}. Call course_utils.use_virtual_cpus({n}) before anything "
-            "else uses TensorFlow (restart the kernel first if it already started)."
-        )
-    return tf.distribute.MirroredStrategy(
-        [f"/cpu:{i}" for i in range(n)], cross_device_ops=tf.distribute.ReductionToOneDevice()
-    )
+    from .strategies import mirrored_cpus
+
+    return mirrored_cpus(n, needed_by="update_factor")
 
 
 def _flat_weights(model: Any) -> np.ndarray:

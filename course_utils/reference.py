@@ -29,7 +29,6 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from .errors import ReplicaCountError
 
 #: Replicas of the checking strategy, examples in the check batch, and the step's settings.
 CHECK_REPLICAS = 2
@@ -56,21 +55,12 @@ def checking_strategy(replicas: int = CHECK_REPLICAS) -> Any:
     """A ``MirroredStrategy`` over ``/cpu:0`` ... ``/cpu:{replicas-1}`` (no line printed).
 
     It needs that many logical CPUs: call ``course_utils.use_virtual_cpus(2)`` (or more) before
-    anything else uses TensorFlow. Otherwise :class:`ReplicaCountError` says what to do.
+    anything else uses TensorFlow. Otherwise :class:`~course_utils.errors.ReplicaCountError`
+    says what to do.
     """
-    tf = _tf()
-    have = len(tf.config.list_logical_devices("CPU"))
-    if have < replicas:
-        raise ReplicaCountError(
-            f"The checks compare your step on {replicas} replicas with one device, but TensorFlow "
-            f"has {have} CPU device{'s' if have != 1 else ''}. Restart the kernel and run the "
-            f"notebook from the top: its first cells call course_utils.use_virtual_cpus({replicas}) "
-            "before anything else uses TensorFlow."
-        )
-    return tf.distribute.MirroredStrategy(
-        [f"/cpu:{i}" for i in range(replicas)],
-        cross_device_ops=tf.distribute.ReductionToOneDevice(),
-    )
+    from .strategies import mirrored_cpus
+
+    return mirrored_cpus(replicas, needed_by="The check (your step on several replicas against one device)")
 
 
 def check_batch(size: int = CHECK_BATCH, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from .config import STRATEGY_KINDS, parse_kind, parse_replicas, settings
 from .devices import physical_devices, use_virtual_cpus
-from .errors import NoTPUError
+from .errors import NoTPUError, ReplicaCountError
 
 #: Replicas used by ``mirrored`` and ``central_storage`` on a CPU when ``COURSE_REPLICAS`` is unset.
 DEFAULT_CPU_REPLICAS = 2
@@ -27,6 +27,36 @@ def _tf() -> Any:
 def _cpu_devices(n: int) -> list[str]:
     use_virtual_cpus(n)
     return [f"/cpu:{i}" for i in range(n)]
+
+
+def mirrored_cpus(n: int, needed_by: str = "This") -> Any:
+    """A ``MirroredStrategy`` over ``/cpu:0`` ... ``/cpu:{n-1}`` with ``ReductionToOneDevice``
+    (the course's choice on CPUs), printing nothing: what the checks, the diagnostics and the
+    benchmark compare with one device.
+
+    Before TensorFlow starts it splits the CPU into ``n`` virtual CPUs; afterwards it uses the
+    first ``n`` of those TensorFlow has, and when there are fewer it raises
+    :class:`ReplicaCountError` saying what to do (``needed_by`` names the caller in the message).
+    """
+    tf = _tf()
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    configured = tf.config.get_logical_device_configuration(cpu) or []
+    if len(configured) < n:
+        try:
+            use_virtual_cpus(n)
+        except ReplicaCountError:
+            pass  # TensorFlow has started: count what it has
+    have = len(tf.config.list_logical_devices("CPU"))
+    if have < n:
+        raise ReplicaCountError(
+            f"{needed_by} needs {n} replicas, but TensorFlow has {have} CPU device"
+            f"{'s' if have != 1 else ''}. Restart the kernel and run the notebook from the top: "
+            f"its first cells call course_utils.use_virtual_cpus({n}) before anything else uses "
+            "TensorFlow."
+        )
+    return tf.distribute.MirroredStrategy(
+        [f"/cpu:{i}" for i in range(n)], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
 
 
 def connect_tpu(tpu: str = "local") -> Any:

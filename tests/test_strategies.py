@@ -167,3 +167,16 @@ def test_use_op_threads_before_start_sets_the_intra_op_pool() -> None:
     )
     assert result.returncode == 0, result.stderr[-500:]
     assert "threads 1 4.0" in result.stdout
+
+
+def test_mirrored_cpus_uses_the_first_virtual_cpus() -> None:
+    from course_utils.strategies import mirrored_cpus
+
+    assert mirrored_cpus(2).num_replicas_in_sync == 2
+    one = mirrored_cpus(1)
+    assert one.num_replicas_in_sync == 1
+    assert [d.upper() for d in one.extended.worker_devices] == ["/JOB:LOCALHOST/REPLICA:0/TASK:0/DEVICE:CPU:0"]
+    with pytest.raises(ReplicaCountError) as info:
+        mirrored_cpus(3, needed_by="The demo")
+    assert "The demo needs 3 replicas, but TensorFlow has 2 CPU devices" in str(info.value)
+    assert "use_virtual_cpus(3)" in str(info.value)
