@@ -60,7 +60,9 @@ def checking_strategy(replicas: int = CHECK_REPLICAS) -> Any:
     """
     from .strategies import mirrored_cpus
 
-    return mirrored_cpus(replicas, needed_by="The check (your step on several replicas against one device)")
+    return mirrored_cpus(
+        replicas, needed_by="The check (your step on several replicas against one device)"
+    )
 
 
 def check_batch(size: int = CHECK_BATCH, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -29,6 +29,12 @@ def _cpu_devices(n: int) -> list[str]:
     return [f"/cpu:{i}" for i in range(n)]
 
 
+def _mirrored_on_cpus(devices: list[str]) -> Any:
+    """A ``MirroredStrategy`` over these CPUs with ``ReductionToOneDevice`` (the course's choice)."""
+    tf = _tf()
+    return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
 def mirrored_cpus(n: int, needed_by: str = "This") -> Any:
     """A ``MirroredStrategy`` over ``/cpu:0`` ... ``/cpu:{n-1}`` with ``ReductionToOneDevice``
     (the course's choice on CPUs), printing nothing: what the checks, the diagnostics and the
@@ -54,9 +60,7 @@ def mirrored_cpus(n: int, needed_by: str = "This") -> Any:
             f"its first cells call course_utils.use_virtual_cpus({n}) before anything else uses "
             "TensorFlow."
         )
-    return tf.distribute.MirroredStrategy(
-        [f"/cpu:{i}" for i in range(n)], cross_device_ops=tf.distribute.ReductionToOneDevice()
-    )
+    return _mirrored_on_cpus([f"/cpu:{i}" for i in range(n)])
 
 
 def connect_tpu(tpu: str = "local") -> Any:
@@ -134,10 +138,7 @@ def get_strategy(
             names = [f"/gpu:{i}" for i in range(len(gpus))][: count or len(gpus)]
             strategy = tf.distribute.MirroredStrategy(names)
         else:
-            strategy = tf.distribute.MirroredStrategy(
-                _cpu_devices(count or DEFAULT_CPU_REPLICAS),
-                cross_device_ops=tf.distribute.ReductionToOneDevice(),
-            )
+            strategy = _mirrored_on_cpus(_cpu_devices(count or DEFAULT_CPU_REPLICAS))
     elif kind == "central_storage":
         devices = (
             [f"/gpu:{i}" for i in range(len(gpus))]
@@ -183,9 +184,7 @@ def _auto(tf: Any, gpus: list, count: Optional[int]) -> tuple[Any, str]:
     if len(gpus) == 1:
         return tf.distribute.OneDeviceStrategy("/gpu:0"), "auto: found 1 GPU"
     if count and count > 1:
-        strategy = tf.distribute.MirroredStrategy(
-            _cpu_devices(count), cross_device_ops=tf.distribute.ReductionToOneDevice()
-        )
+        strategy = _mirrored_on_cpus(_cpu_devices(count))
         return strategy, f"auto: no accelerator, {count} virtual CPUs from COURSE_REPLICAS"
     return (
         tf.distribute.get_strategy(),
