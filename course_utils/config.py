@@ -29,6 +29,10 @@ STRATEGY_KINDS: tuple[str, ...] = (
     "tpu",
 )
 
+#: Replicas on a CPU when ``COURSE_REPLICAS`` is unset: two, so that a student sees distribution
+#: by default (``auto``, ``mirrored`` and ``central_storage``). ``COURSE_REPLICAS=1`` gives one device.
+DEFAULT_CPU_REPLICAS = 2
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
 
@@ -86,6 +90,11 @@ class Settings:
     replicas: Optional[int] = None
     fast: bool = False
     offline: bool = False
+
+    @property
+    def cpu_replicas(self) -> int:
+        """Replicas on a CPU with no accelerator: ``COURSE_REPLICAS``, else 2."""
+        return self.replicas if self.replicas is not None else DEFAULT_CPU_REPLICAS
 
     def as_dict(self) -> dict[str, object]:
         return {

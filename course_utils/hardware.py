@@ -14,9 +14,12 @@ Every step that touches the machine is a function you can replace, so that tests
   (default :func:`find_local_tpu`, the way on today's TPU VMs, Colab's TPU runtimes included);
 * ``list_devices(device_type)`` lists physical devices (default
   ``tf.config.list_physical_devices``);
-* ``build(plan)`` turns the decision into a strategy (default :func:`build_strategy`).
+* ``build(plan)`` turns the decision into a strategy (default
+  :func:`course_utils.strategies.build_strategy`).
 
-:func:`plan_hardware` makes the decision without building anything. Taught in notebook 06.
+This module decides; :mod:`course_utils.strategies` builds. :func:`plan_hardware` makes the
+decision without building anything, and ``COURSE_STRATEGY=auto`` (every notebook's default) runs
+this same chain. Taught in notebook 06.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ ListDevices = Callable[[str], Sequence[Any]]
 
 
 def _tf() -> Any:
-    import tensorflow as tf
+    from .runtime import import_tensorflow
 
-    return tf
+    return import_tensorflow()
 
 
 def describe_error(error: BaseException, limit: int = 160) -> str:
@@ -73,6 +76,33 @@ def find_local_tpu(tpu: str = "local") -> Any:
     return resolver
 
 
+#: Signs that this machine is a TPU VM (Colab's TPU runtimes included): device files and variables.
+TPU_HINT_PATHS = ("/dev/accel0", "/dev/vfio/0")
+TPU_HINT_VARIABLES = ("TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "COLAB_TPU_ADDR")
+
+
+def tpu_hint() -> bool:
+    """A cheap look for signs of a TPU (its device files, its variables), before paying ~0.6 s to
+    connect to one."""
+    import os
+
+    from .devices import physical_devices
+
+    return (
+        bool(physical_devices("TPU"))
+        or any(os.path.exists(p) for p in TPU_HINT_PATHS)
+        or any(os.environ.get(v) for v in TPU_HINT_VARIABLES)
+    )
+
+
+def find_tpu_if_hinted() -> Any:
+    """:func:`find_local_tpu` on a machine that shows signs of a TPU; otherwise raise
+    :class:`NoTPUError` at once (what ``COURSE_STRATEGY=auto`` uses as its first step)."""
+    if not tpu_hint():
+        raise NoTPUError("no sign of one on this machine")
+    return find_local_tpu()
+
+
 @dataclass(frozen=True)
 class Attempt:
     """One step of the chain: what was looked for, whether it was found, and the detail."""
@@ -104,7 +134,7 @@ class HardwarePlan:
         return "; ".join(str(a) for a in self.attempts)
 
     def strategy_description(self) -> str:
-        """What :func:`build_strategy` makes of this plan, in words (without building it)."""
+        """What :func:`~course_utils.strategies.build_strategy` makes of this plan, in words (without building it)."""
         if self.kind == "tpu":
             return "TPUStrategy over the TPU's cores"
         if self.kind == "multi_gpu":
@@ -120,9 +150,8 @@ def _cpu_replicas(cpu_replicas: Optional[int]) -> int:
     if cpu_replicas is not None:
         return int(cpu_replicas)
     from .config import settings
-    from .devices import cpu_count
 
-    return max(settings().replicas or 1, cpu_count())
+    return settings().cpu_replicas
 
 
 def plan_hardware(
@@ -134,8 +163,8 @@ def plan_hardware(
     """Decide, without building a strategy: a TPU if ``find_tpu()`` works, else all GPUs
     (``multi_gpu`` when there are 2 or more, ``one_gpu`` for one), else the CPU.
 
-    On the CPU, ``cpu_replicas`` virtual CPUs (default: ``COURSE_REPLICAS`` or the logical CPUs
-    TensorFlow already has, whichever is larger) become that many replicas.
+    On the CPU, ``cpu_replicas`` virtual CPUs (default: ``COURSE_REPLICAS``, else 2) become that
+    many replicas; one means the default strategy.
     """
     if find_tpu is None:
         find_tpu = find_local_tpu
@@ -170,28 +199,6 @@ def plan_hardware(
     return HardwarePlan("cpu", tuple(f"/cpu:{i}" for i in range(n)), None, tuple(attempts))
 
 
-def build_strategy(plan: HardwarePlan) -> Any:
-    """The strategy for a plan: ``TPUStrategy``, ``MirroredStrategy`` (several GPUs, or several
-    virtual CPUs), ``OneDeviceStrategy`` (one GPU), or the default strategy (one CPU)."""
-    tf = _tf()
-    if plan.kind == "tpu":
-        return tf.distribute.TPUStrategy(plan.resolver)
-    if plan.kind == "multi_gpu":
-        return tf.distribute.MirroredStrategy(list(plan.devices))
-    if plan.kind == "one_gpu":
-        return tf.distribute.OneDeviceStrategy(plan.devices[0])
-    if plan.kind == "cpu":
-        if len(plan.devices) > 1:
-            from .devices import use_virtual_cpus
-
-            use_virtual_cpus(len(plan.devices))
-            return tf.distribute.MirroredStrategy(
-                list(plan.devices), cross_device_ops=tf.distribute.ReductionToOneDevice()
-            )
-        return tf.distribute.get_strategy()
-    raise ValueError(f"unknown hardware kind {plan.kind!r} (one of {', '.join(KINDS)})")
-
-
 def detect_strategy(
     *,
     find_tpu: Optional[FindTPU] = None,
@@ -205,8 +212,10 @@ def detect_strategy(
     Prints two lines unless ``verbose=False``: what was tried, and what was chosen. The
     arguments replace the parts that touch the machine (see the module documentation).
     """
+    if build is None:
+        from .strategies import build_strategy as build
     plan = plan_hardware(find_tpu=find_tpu, list_devices=list_devices, cpu_replicas=cpu_replicas)
-    strategy = (build or build_strategy)(plan)
+    strategy = build(plan)
     if verbose:
         print(f"Tried: {plan.tried()}")
         print(f"Chose: {describe_choice(plan, strategy)}")

@@ -134,13 +134,27 @@ def report(*, show: bool = True) -> str:
     return text
 
 
+def _splits_cpu(env: Settings) -> bool:
+    """Whether the strategy these settings ask for runs on virtual CPUs when there is no GPU."""
+    if env.strategy in {"mirrored", "central_storage"}:
+        return True
+    if env.strategy == "auto":
+        from .hardware import tpu_hint
+
+        return not tpu_hint()
+    return bool(env.replicas and env.replicas > 1)
+
+
 def setup(*, seed: Optional[int] = 42, show_report: bool = True) -> Settings:
     """What every notebook's set-up cell calls.
 
     It reads and validates the ``COURSE_*`` settings, imports TensorFlow quietly, splits the CPU
-    into ``COURSE_REPLICAS`` virtual devices when there is no GPU and more than one replica is
-    asked for, seeds Python, NumPy and TensorFlow, and prints the runtime report. Safe to re-run.
+    into ``COURSE_REPLICAS`` virtual devices (2 when unset) when there is no accelerator and the
+    strategy runs on CPU replicas, connects to the TPU now when ``COURSE_STRATEGY=tpu``, shows the
+    course's own errors as their one-line message (see :func:`show_course_errors_briefly`),
+    seeds Python, NumPy and TensorFlow, and prints the runtime report. Safe to re-run.
     """
+    show_course_errors_briefly()  # first: a bad setting below is then shown as one line
     env = settings()
     tf = import_tensorflow()
     warnings.filterwarnings("ignore", module="tensorflow_datasets")
@@ -148,8 +162,12 @@ def setup(*, seed: Optional[int] = 42, show_report: bool = True) -> Settings:
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
     # Keras 3.15 warns on every fit() of a tf.data.Dataset that shuffle=True is ignored.
     warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
-    if env.replicas and env.replicas > 1 and not physical_devices("GPU"):
-        use_virtual_cpus(env.replicas)
+    if env.strategy == "tpu":
+        from .strategies import connect_tpu
+
+        connect_tpu()  # no TPU: say so now, in one line, not cells later
+    elif _splits_cpu(env) and not physical_devices("GPU"):
+        use_virtual_cpus(env.cpu_replicas)
     if seed is not None:
         import keras
 
@@ -158,3 +176,30 @@ def setup(*, seed: Optional[int] = 42, show_report: bool = True) -> Settings:
     if show_report:
         report()
     return env
+
+
+def _brief_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> Any:
+    """IPython's handler for the course's errors: the message alone, no traceback."""
+    lines = [f"{etype.__name__}: {value}"]
+    shell._showtraceback(etype, value, lines)
+    return lines
+
+
+def show_course_errors_briefly() -> bool:
+    """In Jupyter or Colab, show the course's own errors (exercise hints, settings, restarts,
+    no TPU) as ``ExerciseError: <hint>``, one line instead of a traceback through course_utils.
+
+    The cell still fails: the kernel reports an error, so nbval, the grader and "run all" stop
+    there as before. Any other error keeps its full traceback. Returns False outside IPython.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "set_custom_exc"):
+        return False
+    from .errors import CourseError, ExerciseError
+
+    shell.set_custom_exc((CourseError, ExerciseError), _brief_error)
+    return True

@@ -8,37 +8,30 @@ laptop CPU, on virtual CPU replicas, on GPUs and on a TPU. It honours ``COURSE_S
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+from . import hardware
 from .config import STRATEGY_KINDS, parse_kind, parse_replicas, settings
 from .devices import physical_devices, use_virtual_cpus
 from .errors import NoTPUError, ReplicaCountError
 
-#: Replicas used by ``mirrored`` and ``central_storage`` on a CPU when ``COURSE_REPLICAS`` is unset.
-DEFAULT_CPU_REPLICAS = 2
-
 
 def _tf() -> Any:
-    import tensorflow as tf
+    from .runtime import import_tensorflow
 
-    return tf
-
-
-def _cpu_devices(n: int) -> list[str]:
-    use_virtual_cpus(n)
-    return [f"/cpu:{i}" for i in range(n)]
+    return import_tensorflow()
 
 
-def _mirrored_on_cpus(devices: list[str]) -> Any:
-    """A ``MirroredStrategy`` over these CPUs with ``ReductionToOneDevice`` (the course's choice)."""
-    tf = _tf()
-    return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+# --------------------------------------------------------------------------- the builders
+# Every strategy object the course makes is constructed in this section, once each.
 
 
 def mirrored_cpus(n: int, needed_by: str = "This") -> Any:
-    """A ``MirroredStrategy`` over ``/cpu:0`` ... ``/cpu:{n-1}`` with ``ReductionToOneDevice``
-    (the course's choice on CPUs), printing nothing: what the checks, the diagnostics and the
-    benchmark compare with one device.
+    """A ``MirroredStrategy`` over ``/cpu:0`` ... ``/cpu:{n-1}``, printing nothing.
+
+    The only place the course builds a ``MirroredStrategy`` over CPUs. It keeps TensorFlow's own
+    cross-device ops (what ``tf.distribute.MirroredStrategy()`` gives: a collective all-reduce),
+    so the course meets the bugs a student's own code meets.
 
     Before TensorFlow starts it splits the CPU into ``n`` virtual CPUs; afterwards it uses the
     first ``n`` of those TensorFlow has, and when there are fewer it raises
@@ -60,7 +53,27 @@ def mirrored_cpus(n: int, needed_by: str = "This") -> Any:
             f"its first cells call course_utils.use_virtual_cpus({n}) before anything else uses "
             "TensorFlow."
         )
-    return _mirrored_on_cpus([f"/cpu:{i}" for i in range(n)])
+    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
+
+
+def mirrored_gpus(devices: Optional[list[str]] = None) -> Any:
+    """A ``MirroredStrategy`` over these GPUs (all of them when ``None``)."""
+    return _tf().distribute.MirroredStrategy(devices)
+
+
+def one_device(device: str) -> Any:
+    """A ``OneDeviceStrategy`` on ``device``."""
+    return _tf().distribute.OneDeviceStrategy(device)
+
+
+def default_strategy() -> Any:
+    """The default strategy: one replica, no distribution."""
+    return _tf().distribute.get_strategy()
+
+
+def tpu_strategy(resolver: Any) -> Any:
+    """A ``TPUStrategy`` for a connected, initialised resolver (the only one the course builds)."""
+    return _tf().distribute.TPUStrategy(resolver)
 
 
 def connect_tpu(tpu: str = "local") -> Any:
@@ -68,21 +81,99 @@ def connect_tpu(tpu: str = "local") -> Any:
 
     ``tpu="local"`` is the way on today's TPU VMs (Colab's TPU runtimes included).
     """
-    tf = _tf()
     try:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-        return tf.distribute.TPUStrategy(resolver)
-    except Exception as error:  # TF raises ValueError, NotFoundError or RuntimeError here
-        text = str(error).strip()
-        first_line = text.splitlines()[0].split(". ")[0].rstrip(".") if text else ""
+        resolver = hardware.find_local_tpu(tpu)
+    except NoTPUError as error:
         raise NoTPUError(
             f"No TPU found. Tried TPUClusterResolver(tpu={tpu!r}): "
-            f"{type(error).__name__}: {first_line[:120]}. "
+            f"{str(error).removeprefix('no TPU: ')}. "
             "On Colab choose Runtime > Change runtime type > TPU (and install TensorFlow there, "
             "see the README); elsewhere use COURSE_STRATEGY=auto to fall back to GPUs or the CPU."
         ) from None
+    return tpu_strategy(resolver)
+
+
+def build_strategy(plan: hardware.HardwarePlan) -> Any:
+    """The strategy for a hardware plan: ``TPUStrategy``, ``MirroredStrategy`` (several GPUs or
+    several virtual CPUs), ``OneDeviceStrategy`` (one GPU), or the default strategy (one CPU)."""
+    if plan.kind == "tpu":
+        return tpu_strategy(plan.resolver)
+    if plan.kind == "multi_gpu":
+        return mirrored_gpus(list(plan.devices))
+    if plan.kind == "one_gpu":
+        return one_device(plan.devices[0])
+    if plan.kind == "cpu":
+        if len(plan.devices) > 1:
+            return mirrored_cpus(len(plan.devices), needed_by="The strategy")
+        return default_strategy()
+    raise ValueError(f"unknown hardware kind {plan.kind!r} (one of {', '.join(hardware.KINDS)})")
+
+
+def _gpu_names(count: Optional[int]) -> list[str]:
+    gpus = physical_devices("GPU")
+    return [f"/gpu:{i}" for i in range(len(gpus))][: count or len(gpus)]
+
+
+def _auto(count: Optional[int]) -> tuple[Any, str]:
+    plan = hardware.plan_hardware(
+        find_tpu=hardware.find_tpu_if_hinted, cpu_replicas=count or settings().cpu_replicas
+    )
+    strategy = build_strategy(plan)
+    if plan.kind == "tpu":
+        return strategy, "auto: found a TPU"
+    if plan.kind in {"multi_gpu", "one_gpu"}:
+        gpus = len(plan.devices)
+        return strategy, f"auto: found {gpus} GPU{'s' if gpus != 1 else ''}"
+    n = len(plan.devices)
+    if n > 1:
+        return strategy, f"auto: no TPU or GPU, so {n} virtual CPUs; COURSE_REPLICAS=1 for one device"
+    return strategy, "auto: no TPU or GPU, and COURSE_REPLICAS=1: one device"
+
+
+def _mirrored(count: Optional[int]) -> tuple[Any, str]:
+    if physical_devices("GPU"):
+        return mirrored_gpus(_gpu_names(count)), ""
+    return mirrored_cpus(count or settings().cpu_replicas, needed_by="COURSE_STRATEGY=mirrored"), ""
+
+
+def _central_storage(count: Optional[int]) -> tuple[Any, str]:
+    tf = _tf()
+    if physical_devices("GPU"):
+        devices = _gpu_names(count)
+    else:
+        n = count or settings().cpu_replicas
+        use_virtual_cpus(n)
+        devices = [f"/cpu:{i}" for i in range(n)]
+    strategy = tf.distribute.experimental.CentralStorageStrategy(
+        compute_devices=devices, parameter_device="/cpu:0"
+    )
+    return strategy, ""
+
+
+def _multi_worker(count: Optional[int]) -> tuple[Any, str]:
+    import os
+
+    strategy = _tf().distribute.MultiWorkerMirroredStrategy()
+    if not os.environ.get("TF_CONFIG"):
+        return strategy, "no TF_CONFIG: a single worker; notebook 07 starts a real cluster"
+    return strategy, ""
+
+
+def _one_device(count: Optional[int]) -> tuple[Any, str]:
+    return one_device("/gpu:0" if physical_devices("GPU") else "/cpu:0"), ""
+
+
+#: ``COURSE_STRATEGY`` value -> builder(replicas or None) -> (strategy, note for the one line).
+#: Adding a kind is one builder here, one entry in ``config.STRATEGY_KINDS`` and one README row.
+BUILDERS: dict[str, Callable[[Optional[int]], tuple[Any, str]]] = {
+    "auto": _auto,
+    "default": lambda count: (default_strategy(), ""),
+    "one_device": _one_device,
+    "mirrored": _mirrored,
+    "central_storage": _central_storage,
+    "multi_worker": _multi_worker,
+    "tpu": lambda count: (connect_tpu(), ""),
+}
 
 
 _DISPLAY_NAMES = {
@@ -113,83 +204,23 @@ def get_strategy(
 
     ``kind`` and ``replicas`` default to ``COURSE_STRATEGY`` (``auto``) and ``COURSE_REPLICAS``.
 
-    * ``auto``: a TPU if there is one, else ``MirroredStrategy`` over all GPUs (or
-      ``OneDeviceStrategy`` on a single GPU), else on the CPU a ``MirroredStrategy`` over
-      ``COURSE_REPLICAS`` virtual CPUs when that is above 1, else the default strategy.
+    * ``auto``: the chain notebook 06 teaches (:func:`course_utils.hardware.plan_hardware`): a
+      TPU if there is one, else ``MirroredStrategy`` over all GPUs (``OneDeviceStrategy`` on a
+      single GPU), else a ``MirroredStrategy`` over ``COURSE_REPLICAS`` virtual CPUs (2 when
+      unset; ``COURSE_REPLICAS=1`` gives the default strategy on one device).
     * ``default``, ``one_device``, ``mirrored``, ``central_storage``, ``multi_worker``, ``tpu``:
       that strategy. ``mirrored`` and ``central_storage`` on a CPU use ``COURSE_REPLICAS``
       virtual CPUs (2 when unset). ``tpu`` raises :class:`NoTPUError` when there is none.
     """
-    tf = _tf()
-    env = settings()
-    kind = parse_kind(kind) if kind is not None else env.strategy
-    count = parse_replicas(replicas, "replicas") if replicas is not None else env.replicas
-    gpus = physical_devices("GPU")
-    note = ""
-
-    if kind == "auto":
-        strategy, note = _auto(tf, gpus, count)
-    elif kind == "default":
-        strategy = tf.distribute.get_strategy()
-    elif kind == "one_device":
-        strategy = tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
-    elif kind == "mirrored":
-        if gpus:
-            names = [f"/gpu:{i}" for i in range(len(gpus))][: count or len(gpus)]
-            strategy = tf.distribute.MirroredStrategy(names)
-        else:
-            strategy = _mirrored_on_cpus(_cpu_devices(count or DEFAULT_CPU_REPLICAS))
-    elif kind == "central_storage":
-        devices = (
-            [f"/gpu:{i}" for i in range(len(gpus))]
-            if gpus
-            else _cpu_devices(count or DEFAULT_CPU_REPLICAS)
-        )
-        strategy = tf.distribute.experimental.CentralStorageStrategy(
-            compute_devices=devices, parameter_device="/cpu:0"
-        )
-    elif kind == "multi_worker":
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    elif kind == "tpu":
-        strategy = connect_tpu()
-    else:  # parse_kind already refused anything else
+    kind = parse_kind(kind) if kind is not None else settings().strategy
+    count = parse_replicas(replicas, "replicas") if replicas is not None else settings().replicas
+    builder = BUILDERS.get(kind)
+    if builder is None:  # parse_kind already refused anything else
         raise AssertionError(f"unhandled strategy kind {kind!r} (valid: {STRATEGY_KINDS})")
+    strategy, note = builder(count)
     if verbose:
         _announce(strategy, note)
     return strategy
-
-
-#: Signs that this machine is a TPU VM (Colab's TPU runtimes included): device files and variables.
-_TPU_HINT_PATHS = ("/dev/accel0", "/dev/vfio/0")
-_TPU_HINT_VARIABLES = ("TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "COLAB_TPU_ADDR")
-
-
-def _tpu_hint() -> bool:
-    """A cheap look for a TPU before ``auto`` tries to connect to one (which costs ~0.6 s)."""
-    import os
-
-    return bool(physical_devices("TPU")) or any(
-        os.path.exists(p) for p in _TPU_HINT_PATHS
-    ) or any(os.environ.get(v) for v in _TPU_HINT_VARIABLES)
-
-
-def _auto(tf: Any, gpus: list, count: Optional[int]) -> tuple[Any, str]:
-    if _tpu_hint():
-        try:
-            return connect_tpu(), "auto: found a TPU"
-        except NoTPUError:
-            pass
-    if len(gpus) > 1:
-        return tf.distribute.MirroredStrategy(), f"auto: found {len(gpus)} GPUs"
-    if len(gpus) == 1:
-        return tf.distribute.OneDeviceStrategy("/gpu:0"), "auto: found 1 GPU"
-    if count and count > 1:
-        strategy = _mirrored_on_cpus(_cpu_devices(count))
-        return strategy, f"auto: no accelerator, {count} virtual CPUs from COURSE_REPLICAS"
-    return (
-        tf.distribute.get_strategy(),
-        "auto: no TPU or GPU found; set COURSE_REPLICAS=2 for 2 virtual CPU replicas",
-    )
 
 
 # --------------------------------------------------------------------------- describing

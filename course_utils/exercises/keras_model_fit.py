@@ -30,15 +30,12 @@ CHECK_PER_REPLICA_BATCH = 32
 
 def _two_replicas() -> Any:
     """A MirroredStrategy over 2 virtual CPUs, or None when TensorFlow has only one CPU device."""
-    import tensorflow as tf
-
     from ..devices import cpu_count
+    from ..strategies import mirrored_cpus
 
     if cpu_count() < 2:
         return None
-    return tf.distribute.MirroredStrategy(
-        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
-    )
+    return mirrored_cpus(2)
 
 
 def _need_two_replicas(exercise_id: str) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from ..strategies import mirrored_cpus
 from ..checks import exercise, expect, passed
 
 
@@ -69,7 +70,7 @@ def check_count_copies(count_copies: Callable[[Any], int]) -> None:
         n = cpu_count()
         if n >= 2:
             devices = [f"/cpu:{i}" for i in range(n)]
-            mirrored = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+            mirrored = mirrored_cpus(n)
             got = int(count_copies(mirrored))
             expect(
                 got == n,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..strategies import mirrored_cpus
 from ..checks import exercise, expect, passed
 
 
@@ -22,10 +23,7 @@ def check_replica_ids(replica_ids: Callable[[Any], list[int]]) -> None:
         )
         n = cpu_count()
         if n >= 2:
-            strategy = tf.distribute.MirroredStrategy(
-                [f"/cpu:{i}" for i in range(n)],
-                cross_device_ops=tf.distribute.ReductionToOneDevice(),
-            )
+            strategy = mirrored_cpus(n)
             ids = replica_ids(strategy)
             expect(
                 isinstance(ids, list),
