@@ -2,7 +2,8 @@
 
 The masters' stored outputs (what strict nbval reproduces) must show each check passing. The
 student notebooks are then executed as a student would first meet them, every placeholder still
-in place, and each check cell must fail with an ExerciseError (a hint), not another exception.
+in place, and each check cell must fail with an ExerciseError (a hint), not another exception,
+and what Jupyter shows under it must be that one-line hint, not a traceback.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ def _error_of(cell) -> tuple[str, str]:
         if output.output_type == "error":
             return output.ename, output.evalue
     return "", ""
+
+
+def _shown(cell) -> list[str]:
+    """What Jupyter shows under a failed cell: the traceback lines of its error output."""
+    return [line for o in cell.get("outputs", []) if o.output_type == "error" for line in o.traceback]
 
 
 @pytest.mark.parametrize("path", MASTERS, ids=lambda p: p.stem)
@@ -49,3 +55,8 @@ def test_checks_fail_on_blank_student_version(path: Path, tmp_path: Path) -> Non
             f"version, got {ename or 'no error'}: {evalue[:200]}"
         )
         assert ex.id in evalue, f"{path.name}: the hint of {ex.id} does not name the exercise"
+        shown = _shown(student.cells[ex.check_cell])
+        assert shown == [f"ExerciseError: {evalue}"], (
+            f"{path.name}: under the check of {ex.id} a student should see the one-line hint, "
+            f"not {len(shown)} lines of traceback"
+        )

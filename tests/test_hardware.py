@@ -15,7 +15,6 @@ from course_utils.hardware import (
     KINDS,
     FakeMachine,
     HardwarePlan,
-    build_strategy,
     describe_error,
     detect_strategy,
     find_local_tpu,
@@ -93,7 +92,7 @@ def test_cpu_replicas_default(monkeypatch) -> None:
     monkeypatch.delenv("COURSE_REPLICAS", raising=False)
     machine = FakeMachine()
     plan = plan_hardware(find_tpu=machine.find_tpu, list_devices=machine.list_devices)
-    assert len(plan.devices) == 2  # the test process has 2 logical CPUs (conftest)
+    assert len(plan.devices) == 2  # COURSE_REPLICAS unset: 2, so students see distribution
     monkeypatch.setenv("COURSE_REPLICAS", "3")
     plan = plan_hardware(find_tpu=machine.find_tpu, list_devices=machine.list_devices)
     assert len(plan.devices) == 3
@@ -125,6 +124,8 @@ def test_find_local_tpu_fails_fast_here() -> None:
 def test_build_strategy_on_cpus() -> None:
     import tensorflow as tf
 
+    from course_utils.strategies import build_strategy
+
     two = build_strategy(HardwarePlan("cpu", ("/cpu:0", "/cpu:1")))
     assert isinstance(two, tf.distribute.MirroredStrategy) and two.num_replicas_in_sync == 2
     one = build_strategy(HardwarePlan("cpu", ("/cpu:0",)))
@@ -141,3 +142,12 @@ def test_detect_strategy_here(capsys) -> None:
     assert tried.startswith("Tried: TPU no (no TPU: NotFoundError: TPUs not found in the cluster")
     assert tried.endswith("; GPU no (none found); CPU yes (2 logical)")
     assert chose == "Chose: MirroredStrategy with 2 replicas on CPU:0, CPU:1"
+
+
+def test_no_sign_of_a_tpu_is_a_fast_no(monkeypatch) -> None:
+    from course_utils import hardware
+
+    for name in hardware.TPU_HINT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(NoTPUError, match="no sign of one"):
+        hardware.find_tpu_if_hinted()

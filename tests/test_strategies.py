@@ -28,10 +28,15 @@ def test_every_kind_that_runs_on_a_cpu(kind: str, name: str, replicas: int, caps
     assert info.name == name and info.replicas == replicas
 
 
-def test_mirrored_on_cpus_uses_reduction_to_one_device() -> None:
+def test_mirrored_on_cpus_uses_tensorflows_own_all_reduce() -> None:
+    """The course's CPU strategy is what tf.distribute.MirroredStrategy() gives: a collective
+    all-reduce, which is the one that meets keras-team/keras#23085 as a student's code does."""
+    import tensorflow as tf
+
     strategy = course_utils.get_strategy("mirrored", replicas=2, verbose=False)
     info = course_utils.describe(strategy, show=False)
-    assert info.cross_device_ops == "ReductionToOneDevice"
+    plain = course_utils.describe(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), show=False)
+    assert info.cross_device_ops == plain.cross_device_ops == "CollectiveAllReduce"
     assert info.variable_type == "MirroredVariable"
     assert info.variable_devices == ("CPU:0", "CPU:1")
 
@@ -42,11 +47,39 @@ def test_central_storage_keeps_variables_on_one_device() -> None:
     assert info.devices == ("CPU:0", "CPU:1")
 
 
-def test_auto_without_accelerator_or_replicas_is_the_default_strategy(monkeypatch, capsys) -> None:
+def test_auto_without_accelerator_or_settings_is_two_replicas(monkeypatch, capsys) -> None:
     monkeypatch.delenv("COURSE_REPLICAS", raising=False)
     strategy = course_utils.get_strategy("auto")
-    assert strategy.num_replicas_in_sync == 1
-    assert "auto: no TPU or GPU found" in capsys.readouterr().out
+    assert type(strategy).__name__ == "MirroredStrategy" and strategy.num_replicas_in_sync == 2
+    line = capsys.readouterr().out.strip()
+    assert line == (
+        "Strategy: MirroredStrategy with 2 replicas on CPU:0, CPU:1 "
+        "(auto: no TPU or GPU, so 2 virtual CPUs; COURSE_REPLICAS=1 for one device)"
+    )
+
+
+def test_auto_with_one_replica_is_the_default_strategy(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("COURSE_REPLICAS", "1")
+    strategy = course_utils.get_strategy("auto")
+    assert strategy is __import__("tensorflow").distribute.get_strategy()
+    assert "COURSE_REPLICAS=1: one device" in capsys.readouterr().out
+
+
+def test_auto_follows_the_chain_of_notebook_06(monkeypatch) -> None:
+    """auto asks hardware.plan_hardware, the chain notebook 06 prints, and builds its plan."""
+    from course_utils import hardware, strategies
+
+    seen = []
+    real = hardware.plan_hardware
+    monkeypatch.setattr(hardware, "plan_hardware", lambda **kw: seen.append(kw) or real(**kw))
+    strategies.get_strategy("auto", verbose=False)
+    assert seen and seen[0]["find_tpu"] is hardware.find_tpu_if_hinted
+
+
+def test_multi_worker_without_tf_config_says_single_worker(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    course_utils.get_strategy("multi_worker")
+    assert "no TF_CONFIG: a single worker" in capsys.readouterr().out
 
 
 def test_auto_with_replicas_is_mirrored(monkeypatch) -> None:
@@ -118,6 +151,25 @@ def test_virtual_cpus_before_start_can_change_and_env_replicas_apply() -> None:
     )
     assert result.ok, result.stderr[-2000:]
     assert result.stdout.split() == ["4", "4"]
+
+
+def test_setup_splits_two_cpus_by_default_and_stops_at_once_without_a_tpu() -> None:
+    """No settings: setup() splits the CPU in two. COURSE_STRATEGY=tpu: setup says "No TPU"."""
+    result = run_python(
+        """
+        import os
+        os.environ.pop("COURSE_REPLICAS", None); os.environ.pop("COURSE_STRATEGY", None)
+        import course_utils
+        course_utils.setup(show_report=False)
+        import tensorflow as tf
+        print(len(tf.config.list_logical_devices("CPU")))
+        """
+    )
+    assert result.ok, result.stderr[-2000:]
+    assert result.stdout.split() == ["2"]
+    result = run_python("import course_utils; course_utils.setup()", env={"COURSE_STRATEGY": "tpu"})
+    assert not result.ok
+    assert "NoTPUError: No TPU found" in result.last_error_line()
 
 
 def test_bad_environment_in_setup_is_one_clear_line() -> None:
