@@ -118,3 +118,57 @@ def test_every_notebook_follows_the_anatomy() -> None:
         assert roles.index("setup") == min(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
         text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown").lower()
         assert "summary" in text and "further reading" in text, f"{path.name}: summary and reading"
+
+
+def _course(tmp_path: Path) -> Path:
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "README.md").write_text(f"# Course\n\n{authoring.MAP_START}\n{authoring.MAP_END}\n")
+    return tmp_path
+
+
+def test_a_new_notebook_appears_in_the_readme_map_from_its_own_metadata(tmp_path: Path) -> None:
+    """The notebook is the unit: adding a master is all it takes; its topic is in its metadata."""
+    course = _course(tmp_path)
+    master = _master()
+    master.cells[0].source = "# 11 · Pipeline parallelism\n\n**Time:** about 30 minutes."
+    master.metadata["course"] = {"topic": "Stages of a model on different devices"}
+    nbformat.write(master, course / "solutions" / "11_pipeline_parallelism.ipynb")
+    authoring.build(course)
+    readme = (course / "README.md").read_text()
+    assert (
+        "| 11 | [Pipeline parallelism](notebooks/11_pipeline_parallelism.ipynb) | "
+        "Stages of a model on different devices | about 30 minutes |"
+    ) in readme
+    student = nbformat.read(course / "notebooks" / "11_pipeline_parallelism.ipynb", as_version=4)
+    assert student.metadata["course"] == {
+        "notebook": "11_pipeline_parallelism",
+        "topic": "Stages of a model on different devices",
+    }
+    del master.metadata["course"]
+    nbformat.write(master, course / "solutions" / "11_pipeline_parallelism.ipynb")
+    with pytest.raises(authoring.AuthoringError, match="metadata.course.topic"):
+        authoring.build(course)
+
+
+def test_the_shape_check_names_what_a_new_notebook_lacks(tmp_path: Path) -> None:
+    course = _course(tmp_path)
+    (course / "course_utils" / "exercises").mkdir(parents=True)
+    (course / "tests").mkdir()
+    nbformat.write(_master(), course / "solutions" / "11_new_topic.ipynb")
+    nbformat.write(_master(), course / "solutions" / "12-Other.ipynb")
+    nbformat.write(_master(), course / "solutions" / "13_again.ipynb")
+    problems = authoring.unit_problems(course)
+    assert "11_new_topic.ipynb: its exercises need course_utils/exercises/new_topic.py." in problems
+    assert "11_new_topic.ipynb: its exercises need tests/test_checks_new_topic.py." in problems
+    assert any(p.startswith("12-Other.ipynb: name it NN_name.ipynb") for p in problems)
+    assert "13_again.ipynb: exercise id 'double' is already used in 11_new_topic.ipynb." in problems
+    (course / "course_utils" / "exercises" / "new_topic.py").write_text("")
+    (course / "tests" / "test_checks_new_topic.py").write_text("")
+    assert not [p for p in authoring.unit_problems(course) if p.startswith("11_new_topic")]
+
+
+def test_the_course_itself_has_the_shape() -> None:
+    """Every notebook has its checks and their tests; exercise ids are unique across the course."""
+    assert authoring.unit_problems(ROOT) == []
