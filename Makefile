@@ -1,6 +1,6 @@
 # The commands users type. Everything installs itself into .venv on first use.
 #   make lab      set up (first time) and open JupyterLab on notebooks/
-#   make test     set up (first time) and run every test: unit, authoring, checks, nbval x2
+#   make test     set up (first time) and run every test: authoring check, lint, unit, nbval x2
 #   make grade SUBMISSIONS="path ..." OUT=grades
 # NB=03 limits outputs and nbval to the notebooks whose names start with 03.
 
@@ -14,7 +14,7 @@ NBVAL := $(PY) -m pytest --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg 
          --nbval-cell-timeout=600 --durations=0 -p no:cacheprovider \
          $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),solutions)
 
-.PHONY: setup lab test unit nbval nbval-default nbval-mirrored notebooks check outputs grade bench clean
+.PHONY: setup lab test lint unit nbval nbval-default nbval-mirrored notebooks check outputs grade bench clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,10 @@ check: setup
 outputs: setup
 	$(TEST_ENV) $(PY) -m course_utils.authoring outputs $(NB)
 
+lint: setup
+	$(VENV)/bin/ruff check course_utils tests
+	$(VENV)/bin/ruff format --check course_utils tests
+
 unit: setup
 	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider --durations=10 tests
 
@@ -49,7 +53,7 @@ nbval-mirrored: setup
 
 nbval: nbval-default nbval-mirrored
 
-test: check unit nbval
+test: check lint unit nbval
 
 grade: setup
 	$(PY) -m course_utils.grade $(SUBMISSIONS) --out $(or $(OUT),grades)

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from .errors import ConfigError, CourseError
+from .processes import alive, processes_marked
 
 #: The order of task types in a cluster and in printed summaries.
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
@@ -371,10 +372,6 @@ class LocalCluster:
     @property
     def chief(self) -> str:
         return chief_of(self.cluster) if self.cluster else ("chief 0" if self.counts["chief"] else "worker 0")
-
-    @property
-    def task_names(self) -> list[str]:
-        return list(self._tasks)
 
     @property
     def pids(self) -> dict[str, int]:
@@ -832,38 +829,14 @@ def _stop_previous(name: str) -> None:
             print(f"[cluster] stopped the earlier cluster running {name} (a re-run cell)")
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - someone else's process reuses the number
-        return False
-    try:  # a zombie (ended, waiting to be reaped) is not a running process
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def leftover_processes() -> list[int]:
     """Process ids of everything the launchers of this interpreter started that still runs.
 
-    That is every task process and, on Linux, anything those tasks started in turn (found by the
+    That is every task process and anything those tasks started in turn (found by the
     ``COURSE_CLUSTER_PARENT`` variable they all inherit). After a cluster ends it must be ``[]``.
     """
-    found = {pid for pid in _STARTED if _process_alive(pid)}
-    marker = f"COURSE_CLUSTER_PARENT={os.getpid()}".encode()
-    proc = Path("/proc")
-    if proc.is_dir():
-        for entry in proc.iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                if marker in (entry / "environ").read_bytes().split(b"\0") and _process_alive(int(entry.name)):
-                    found.add(int(entry.name))
-            except OSError:
-                continue
+    found = {pid for pid in _STARTED if alive(pid)}
+    found.update(processes_marked("COURSE_CLUSTER_PARENT", str(os.getpid())))
     return sorted(found)
 
 

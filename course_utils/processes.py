@@ -102,3 +102,32 @@ def run_for_replicas(
     with ThreadPoolExecutor(max_workers=len(counts)) as pool:
         futures = {n: pool.submit(run_python, code, replicas=n, env=env, timeout=timeout) for n in counts}
         return {n: future.result() for n, future in futures.items()}
+
+
+# --------------------------------------------------------------------------- finding processes
+
+
+def alive(pid: int) -> bool:
+    """True while process ``pid`` runs (a zombie, ended and waiting to be reaped, is not running)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def processes_marked(variable: str, value: str) -> list[int]:
+    """Process ids of this user's running processes whose environment has ``variable=value``
+    (how a launcher finds what its children started in turn). Works on Linux, macOS and Windows
+    through psutil; a process whose environment cannot be read is skipped."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["pid"]):
+        try:
+            if process.pid != os.getpid() and process.environ().get(variable) == value and alive(process.pid):
+                found.append(process.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+    return sorted(found)

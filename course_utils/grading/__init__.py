@@ -23,6 +23,3 @@ on Linux), :mod:`.report` (JSON, CSV, Markdown and feedback files), :mod:`.cli` 
 """
 
 from __future__ import annotations
-
-NOTEBOOK_STATUSES = ("graded", "invalid", "timeout", "error")
-EXERCISE_STATUSES = ("passed", "failed", "error", "timeout", "missing")

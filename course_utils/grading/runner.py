@@ -116,16 +116,12 @@ def pytest_command(notebook: str, graded: GradedNotebook, options: RunOptions, f
 
 def _kill_leftovers(token: str) -> None:
     """Kill the processes of one run that outlived it (they carry its COURSE_GRADE_RUN token)."""
-    marker = f"COURSE_GRADE_RUN={token}".encode()
-    mine = os.getpid()
-    for entry in Path("/proc").glob("[0-9]*"):
+    from ..processes import processes_marked
+
+    for pid in processes_marked("COURSE_GRADE_RUN", token):
         try:
-            pid = int(entry.name)
-            if pid == mine:
-                continue
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(pid, signal.SIGKILL)
-        except (OSError, ValueError):
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
             continue
 
 
