@@ -183,7 +183,7 @@ def replica_step(strategy: Any, model: Any, optimizer: Any, global_batch: int) -
     the regularization loss scaled by the number of replicas, then one optimizer update."""
     import keras
 
-    from .reference import tutorial_train_step
+    from .models import tutorial_train_step
 
     with strategy.scope():
         accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")

@@ -10,7 +10,7 @@ Both return logits (no softmax): pair them with ``from_logits=True`` losses. Bui
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 
 def custom_training_cnn(l2: float = 1e-4, seed: Optional[int] = None, num_classes: int = 10) -> Any:
@@ -54,3 +54,29 @@ def keras_tutorial_cnn(seed: Optional[int] = None, num_classes: int = 10) -> Any
         ],
         name="keras_tutorial_cnn",
     )
+
+
+def tutorial_train_step(model: Any, optimizer: Any, accuracy: Any, global_batch_size: int) -> Callable[[Any], Any]:
+    """The right per-replica step (the tutorial's), in the factory form the exercises use."""
+    from .runtime import import_tensorflow
+
+    tf = import_tensorflow()
+    import keras
+
+    loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    def train_step(inputs: Any) -> Any:
+        images, labels = inputs
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            loss = tf.nn.compute_average_loss(
+                loss_object(labels, logits), global_batch_size=global_batch_size
+            )
+            if model.losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        accuracy.update_state(labels, logits)
+        return loss
+
+    return train_step
