@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from course_utils.grading import code, course, extract, runner, sandbox, submissions
+from course_utils.grading import code, course, extract, runner, sandbox, submissions, verdict
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import make_class  # noqa: E402
@@ -234,7 +234,7 @@ def test_statuses_passed_failed_error_timeout(the_course) -> None:
         b.solution: _cell("ok"),
         b.check: _cell("error", ename="TypeError", evalue="unsupported operand"),
     })
-    status, exercises, _ = runner.exercise_results(graded, run, runner.RunOptions())
+    status, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
     assert status == "graded"
     assert [(e["status"], e["message"][:34]) for e in exercises] == [
         ("failed", "Exercise replica_ids: On 2 replica"),
@@ -243,11 +243,11 @@ def test_statuses_passed_failed_error_timeout(the_course) -> None:
     run.cells[a.check] = _cell("ok", outputs=_stdout("[pass] replica_ids: fine.\n"))
     run.cells[b.solution] = _cell("error", ename="SyntaxError", evalue="invalid syntax (line 2)")
     run.cells[b.check] = _cell("timeout", timeout=20.0)
-    _, exercises, _ = runner.exercise_results(graded, run, runner.RunOptions())
+    _, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
     assert [e["status"] for e in exercises] == ["passed", "timeout"]
     assert exercises[0]["message"] == "fine."
     run.cells[b.check] = _cell("ok")
-    _, exercises, _ = runner.exercise_results(graded, run, runner.RunOptions())
+    _, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
     assert exercises[1]["status"] == "error" and "SyntaxError" in exercises[1]["message"]
 
 
@@ -257,19 +257,19 @@ def test_statuses_when_the_run_breaks(the_course) -> None:
     ok = _cell("ok", outputs=_stdout("[pass] replica_ids: fine.\n"))
     # No [pass] line: not passed, whatever else happened.
     run = runner.RunResult(started=True, cells={a.solution: _cell("ok"), a.check: _cell("ok")})
-    assert runner.exercise_results(graded, run, runner.RunOptions())[1][0]["status"] == "error"
+    assert verdict.exercise_results(graded, run, runner.RunOptions())[1][0]["status"] == "error"
     # The notebook timeout: what finished counts, the rest is a timeout.
     run = runner.RunResult(started=True, notebook_timed_out=True, cells={a.solution: _cell("ok"), a.check: ok})
-    status, exercises, _ = runner.exercise_results(graded, run, runner.RunOptions())
+    status, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
     assert status == "timeout" and [e["status"] for e in exercises] == ["passed", "timeout"]
     # The kernel died in the second exercise.
     run = runner.RunResult(started=True, cells={a.solution: _cell("ok"), a.check: ok,
                                                 b.solution: _cell("died"), b.check: _cell("not-run")})
-    status, exercises, _ = runner.exercise_results(graded, run, runner.RunOptions())
+    status, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
     assert status == "error" and [e["status"] for e in exercises] == ["passed", "error"]
     # The grader could not start a kernel: every exercise says so, nothing is blamed on the student.
     run = runner.RunResult(started=True, setup_error="RuntimeError: Kernel died before replying")
-    status, exercises, notes = runner.exercise_results(graded, run, runner.RunOptions())
+    status, exercises, notes = verdict.exercise_results(graded, run, runner.RunOptions())
     assert status == "error" and {e["status"] for e in exercises} == {"error"}
     assert "kernel did not start" in notes[0]
 

@@ -16,10 +16,12 @@ decide each exercise:
   the notebook ran out of time;
 * ``missing``: no code for the exercise was found in the submission.
 
-Modules: :mod:`.course` (the masters), :mod:`.submissions` (finding and reading hand-ins),
-:mod:`.extract` (student code and the graded notebook), :mod:`.runner` (one isolated run),
-:mod:`.plugin` (the pytest plugin loaded into each run), :mod:`.sandbox` (read-only file system
-on Linux), :mod:`.report` (JSON, CSV, Markdown and feedback files), :mod:`.cli` (the command).
+Modules, in the order of the pipeline: :mod:`.course` (the masters), :mod:`.submissions`
+(finding and reading hand-ins), :mod:`.extract` (student code and the graded notebook),
+:mod:`.runner` (one isolated run; it only runs), :mod:`.protocol` (the records the run's pytest
+plugin, :mod:`.plugin`, sends back), :mod:`.verdict` (decides the statuses), :mod:`.report`
+(writes JSON, CSV, Markdown and feedback files); :mod:`.sandbox` (read-only file system on Linux)
+and :mod:`.cli` (the command, which only orchestrates).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import course as course_mod
-from . import extract, report, runner, sandbox, submissions
+from . import extract, report, runner, sandbox, submissions, verdict
 
 EXIT_OK, EXIT_USAGE, EXIT_GRADER = 0, 2, 3
 
@@ -187,7 +187,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 result, graded = futures[future]
                 try:
                     outcome = future.result()
-                    status, exercises, notes = runner.exercise_results(graded, outcome, options)
+                    status, exercises, notes = verdict.exercise_results(graded, outcome, options)
                 except Exception as error:  # the grader's own bug: this submission only
                     outcome = None
                     status, notes = "error", [f"the grader failed on this submission: {type(error).__name__}: {error}"]
@@ -230,25 +230,14 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     # 6. The report.
     results.sort(key=lambda r: (r.notebook, r.student.lower()))
-    counts = {s: sum(r.status == s for r in results) for s in ("graded", "invalid", "timeout", "error")}
-    header = [
-        f"{len(results)} submission(s) from {len({r.student for r in results})} student(s): "
-        + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + ".",
-        "",
-        "Runs: " + " ".join(f"{k}={v}" for k, v in env.items())
-        + f"; timeouts {args.cell_timeout:g} s per exercise or check cell, {args.course_cell_timeout:g} s "
+    counts = {s: sum(r.status == s for r in results) for s in verdict.NOTEBOOK_STATUSES}
+    limits = (
+        f"timeouts {args.cell_timeout:g} s per exercise or check cell, {args.course_cell_timeout:g} s "
         f"per course cell, {args.timeout:g} s per notebook; sandbox "
-        + ("on." if use_sandbox else f"off ({why})."),
-        "",
-        "Exercise status: **passed** the check printed its [pass] line; **failed** the check raised "
-        "ExerciseError (the hint says why); **error** another exception, in the student's cell or "
-        "in the check; **timeout** did not finish in time; **missing** no code found.",
-    ]
-    if course.problems:
-        header += ["", "Course notebooks skipped: " + "; ".join(course.problems)]
+        + ("on." if use_sandbox else f"off ({why}).")
+    )
+    header = report.header(results, counts, env, limits, course.problems, changed)
     if changed:
-        header += ["", "**Warning:** these submissions changed on disk during grading (run with the "
-                   "sandbox to prevent it): " + ", ".join(changed)]
         print("grade: WARNING: submissions changed on disk during grading: " + ", ".join(changed), file=sys.stderr)
     exercise_ids = {name: nb.exercise_ids() for name, nb in course.notebooks.items()}
     try:

@@ -15,7 +15,6 @@ which cells finished.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -23,6 +22,8 @@ import time
 from typing import Any, Optional
 
 import pytest
+
+from . import protocol
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 MAX_TEXT = 20_000
@@ -51,7 +52,7 @@ class Recorder:
         self.lock = threading.Lock()
 
     def send(self, record: dict[str, Any]) -> None:
-        data = (json.dumps(record) + "\n").encode()
+        data = protocol.encode(record)
         with self.lock:
             while data:
                 written = os.write(self.fd, data)
@@ -65,12 +66,12 @@ def pytest_configure(config: pytest.Config) -> None:
     global _recorder
     if config.getoption("--grade-fd") is not None:
         _recorder = Recorder(config)
-        _recorder.send({"event": "start"})
+        _recorder.send({"event": protocol.START})
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _recorder is not None:
-        _recorder.send({"event": "done", "exitstatus": int(exitstatus)})
+        _recorder.send({"event": protocol.DONE, "exitstatus": int(exitstatus)})
 
 
 def _kernel(item: pytest.Item) -> Any:
@@ -98,7 +99,7 @@ def pytest_runtest_call(item: pytest.Item):
     if not rec.kernel_pid_sent and kernel is not None:
         rec.kernel_pid_sent = True
         pid = getattr(getattr(getattr(kernel, "km", None), "provisioner", None), "pid", None)
-        rec.send({"event": "kernel", "pid": pid})
+        rec.send({"event": protocol.KERNEL, "pid": pid})
     rec.died_at = None
     rec.started = time.monotonic()
     stop = threading.Event()
@@ -172,37 +173,35 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception):
             if not rec.setup_error_sent:
                 rec.setup_error_sent = True
-                rec.send({"event": "setup-error",
+                rec.send({"event": protocol.SETUP_ERROR,
                           "message": _ANSI.sub("", str(call.excinfo.value))[-2000:]})
         return
     if call.when != "call":
         return
     outputs = _outputs(item)
     ename, evalue, trace = _last_error(outputs)
-    record: dict[str, Any] = {"event": "cell", "cell": item.cell_num,
+    record: dict[str, Any] = {"event": protocol.CELL, "cell": item.cell_num,
                               "seconds": round(call.duration, 3), "outputs": outputs,
                               "ename": ename, "evalue": evalue, "traceback": trace[-8000:]}
     timeout = getattr(item, "_grade_timeout", rec.course_timeout)
     died = rec.died_at is not None and rec.died_at - rec.started < timeout
     if call.excinfo is None:
-        record["result"] = "ok"
+        record["result"] = protocol.OK
     elif call.excinfo.errisinstance(pytest.skip.Exception):
-        record["result"] = "skipped"
+        record["result"] = protocol.SKIPPED
     else:
         message = _ANSI.sub("", str(call.excinfo.value))
         record["message"] = message[-2000:]
         if "Kernel dead on test start" in message:
-            record["result"] = "not-run"
+            record["result"] = protocol.NOT_RUN
         elif died:
-            record["result"] = "died"
+            record["result"] = protocol.DIED
         elif message.startswith("Timeout of"):
-            record["result"] = "timeout"
+            record["result"] = protocol.TIMEOUT
             record["kernel_stopped"] = "Failed to interrupt" in message or "waiting for output" in message
             record["timeout"] = timeout
-        elif type(call.excinfo.value).__name__ == "NbCellError":
-            record["result"] = "error"
         else:
-            record["result"] = "error"
-            if not ename:
+            record["result"] = protocol.ERROR
+            if not ename and type(call.excinfo.value).__name__ != "NbCellError":
                 record["ename"], record["evalue"] = type(call.excinfo.value).__name__, message[:2000]
     rec.send(record)

@@ -192,3 +192,34 @@ def write_all(
         folder.mkdir(parents=True, exist_ok=True)
         nb = graded_copy(r, run_cells.get(id(r), {}))
         (folder / f"{r.notebook}.ipynb").write_text(nbformat.writes(nb))
+
+
+def header(
+    results: list["Result"],
+    counts: dict[str, int],
+    env: dict[str, str],
+    limits: str,
+    skipped: list[str],
+    changed: list[str],
+) -> list[str]:
+    """The report's opening lines: what was graded, how the runs were set up, what statuses mean."""
+    lines = [
+        f"{len(results)} submission(s) from {len({r.student for r in results})} student(s): "
+        + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        + ".",
+        "",
+        "Runs: " + " ".join(f"{k}={v}" for k, v in env.items()) + f"; {limits}",
+        "",
+        "Exercise status: **passed** the check printed its [pass] line; **failed** the check raised "
+        "ExerciseError (the hint says why); **error** another exception, in the student's cell or "
+        "in the check; **timeout** did not finish in time; **missing** no code found.",
+    ]
+    if skipped:
+        lines += ["", "Course notebooks skipped: " + "; ".join(skipped)]
+    if changed:
+        lines += [
+            "",
+            "**Warning:** these submissions changed on disk during grading (run with the "
+            "sandbox to prevent it): " + ", ".join(changed),
+        ]
+    return lines
