@@ -2,47 +2,70 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
-from ..strategies import mirrored_cpus
 from ..checks import exercise, expect, passed
+from ..strategies import mirrored_cpus
 
 
-def check_replica_ids(replica_ids: Callable[[Any], list[int]]) -> None:
-    """``replica_ids(strategy)`` must return every replica's id, in order, as Python ints."""
+def _uneven_means() -> tuple[float, float]:
+    """The MEAN reduce of per-replica means of the batch 1..7: on one device, and on 2 replicas."""
     import tensorflow as tf
 
-    from ..devices import cpu_count
+    numbers = tf.data.Dataset.range(1, 8).map(lambda i: tf.cast(i, tf.float32)).batch(7)
+    found = []
+    for strategy in (tf.distribute.get_strategy(), mirrored_cpus(2, needed_by="The check of uneven_mean")):
+        batch = next(iter(strategy.experimental_distribute_dataset(numbers)))
+        means = strategy.run(tf.reduce_mean, args=(batch,))
+        found.append(float(strategy.reduce(tf.distribute.ReduceOp.MEAN, means, axis=None)))
+    return found[0], found[1]
 
-    with exercise("replica_ids"):
-        single = replica_ids(tf.distribute.get_strategy())
+
+def check_uneven_mean(uneven_mean: Callable[[], float]) -> None:
+    """``uneven_mean()`` returns the student's prediction of the MEAN reduce on 2 replicas."""
+    with exercise("uneven_mean"):
+        guess = uneven_mean()
+        try:
+            guess = float(guess)
+        except (TypeError, ValueError):
+            expect(False, f"Return one number (a float), not {guess!r}.")
+        one, two = _uneven_means()
+
+        def near(value: float) -> bool:
+            return abs(guess - value) < 1e-3
+
         expect(
-            list(single) == [0],
-            f"On the default strategy (1 replica) expected [0], got {single!r}. Run a function "
-            "with strategy.run that returns the replica id, then list the per-replica results.",
+            not near(one),
+            f"{one:g} is one device's answer, the mean of all 7 numbers. On 2 replicas each "
+            "replica averages only its own slice, and MEAN then averages the 2 replica means: "
+            "a slice of 4 numbers and a slice of 3 do not weigh the same.",
         )
-        n = cpu_count()
-        if n >= 2:
-            strategy = mirrored_cpus(n)
-            ids = replica_ids(strategy)
-            expect(
-                isinstance(ids, list),
-                f"Return a Python list (got {type(ids).__name__}): wrap the local results in list(...).",
-            )
-            ids = [int(i) for i in ids]
-            expect(
-                ids == list(range(n)),
-                f"On {n} replicas expected {list(range(n))}, got {ids}. "
-                "strategy.experimental_local_results(per_replica) gives one value per replica; "
-                "did you reduce them into one number instead?",
-            )
-    passed("replica_ids", "every replica reported its own id.")
+        expect(
+            not near(2 * two),
+            f"{guess:g} is the SUM of the 2 replica means; ReduceOp.MEAN divides that sum by the "
+            "number of replicas.",
+        )
+        expect(
+            not near((2.0 + 5.5) / 2),
+            f"{guess:g} gives the first replica 3 numbers (1-3) and the second 4 (4-7); TensorFlow "
+            "gives the first replica the larger slice.",
+        )
+        expect(
+            near(two),
+            f"On 2 replicas the MEAN reduce prints {two:g}, not {guess:g}. Write down each "
+            "replica's slice (contiguous, the first replica's the larger), the mean of each, then "
+            "the mean of those 2 numbers.",
+        )
+    passed(
+        "uneven_mean",
+        f"on 2 replicas the MEAN of the replica means is {two:g}; one device's mean is {one:g}.",
+    )
 
 
 def check_per_replica_batch(per_replica_batch: Callable[[int, int], int]) -> None:
     """``per_replica_batch(global_batch, replicas)``: the share of each replica, or ValueError."""
     with exercise("per_replica_batch"):
-        for global_batch, replicas, want in [(256, 1, 256), (256, 2, 128), (256, 4, 64), (96, 3, 32)]:
+        for global_batch, replicas, want in [(256, 2, 128), (256, 1, 256), (256, 4, 64), (96, 3, 32)]:
             got = per_replica_batch(global_batch, replicas)
             expect(
                 got == want and isinstance(got, int),

@@ -1,0 +1,98 @@
+"""The checks of notebook 00 pass on right answers and fail, with the right hint, on planted mistakes.
+
+The session's TensorFlow has 2 virtual CPUs (tests/conftest.py): ``check_uneven_mean`` runs the
+batch on 2 replicas and on one device, so every wrong prediction below is judged on 2 replicas.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from course_utils.errors import ExerciseError
+from course_utils.exercises import setup_and_hardware as ex
+
+
+def blank(*args, **kwargs):
+    raise NotImplementedError("Exercise: replace this line with your code")
+
+
+def fails_with(check, answer, *needles) -> str:
+    with pytest.raises(ExerciseError) as info:
+        check(answer)
+    message = str(info.value)
+    for needle in needles:
+        assert needle in message, message
+    return message
+
+
+# --------------------------------------------------------------------------- uneven_mean
+
+
+def test_uneven_mean_right_prediction(capsys) -> None:
+    ex.check_uneven_mean(lambda: 4.25)
+    out = capsys.readouterr().out
+    assert "[pass] uneven_mean" in out and "4.25" in out and "4" in out
+
+
+def test_uneven_mean_one_device_answer() -> None:
+    # The plausible mistake: a MEAN across replicas is the mean of the batch.
+    fails_with(
+        ex.check_uneven_mean,
+        lambda: 4.0,
+        "Exercise uneven_mean",
+        "one device's answer",
+        "averages only its own slice",
+    )
+
+
+def test_uneven_mean_sum_of_means() -> None:
+    fails_with(ex.check_uneven_mean, lambda: 8.5, "SUM of the 2 replica means")
+
+
+def test_uneven_mean_wrong_way_round() -> None:
+    fails_with(ex.check_uneven_mean, lambda: 3.75, "first replica the larger slice")
+
+
+def test_uneven_mean_other_number_and_type() -> None:
+    fails_with(ex.check_uneven_mean, lambda: 5.0, "On 2 replicas the MEAN reduce prints 4.25")
+    fails_with(ex.check_uneven_mean, lambda: [2.5, 6.0], "Return one number")
+    fails_with(ex.check_uneven_mean, blank, "not done yet")
+
+
+# --------------------------------------------------------------------------- per_replica_batch
+
+
+def right_split(global_batch, replicas):
+    if global_batch % replicas:
+        raise ValueError(f"{global_batch} examples cannot be split evenly over {replicas} replicas")
+    return global_batch // replicas
+
+
+def test_per_replica_batch(capsys) -> None:
+    ex.check_per_replica_batch(right_split)
+    assert "[pass] per_replica_batch" in capsys.readouterr().out
+
+
+def test_per_replica_batch_float_share_on_two_replicas() -> None:
+    fails_with(
+        ex.check_per_replica_batch,
+        lambda g, n: g / n,
+        "per_replica_batch(256, 2) should be 128 (an int), got 128.0",
+    )
+
+
+def test_per_replica_batch_global_batch_on_every_replica() -> None:
+    # Each replica takes the whole global batch: right on one replica, wrong on two.
+    fails_with(
+        ex.check_per_replica_batch,
+        lambda g, n: g,
+        "per_replica_batch(256, 2) should be 128",
+        "divided by the number of replicas",
+    )
+
+
+def test_per_replica_batch_never_refuses() -> None:
+    fails_with(
+        ex.check_per_replica_batch, lambda g, n: g // n, "per_replica_batch(100, 3) should raise ValueError"
+    )
+    fails_with(ex.check_per_replica_batch, blank, "not done yet")
