@@ -76,47 +76,61 @@ def test_count_copies_counting_replicas(two_replicas) -> None:
         ex.check_count_copies(lambda s: s.num_replicas_in_sync)
 
 
-def good_dataset_fn(input_context):
+OBSERVED_SHARDS = {
+    "embedding_300": [[0, 100, "ps 0"], [100, 200, "ps 1"], [200, 300, "ps 0"]],
+    "embedding_1000": [[0, 250, "ps 1"], [250, 500, "ps 0"], [500, 750, "ps 1"], [750, 1000, "ps 0"]],
+}
+
+
+def test_shard_count(capsys) -> None:
+    ex.check_shard_count({"embedding_300": 3, "embedding_1000": 4}, observed=OBSERVED_SHARDS)
+    ex.check_shard_count({"embedding_300": 3, "embedding_1000": 4})  # TensorFlow's partitioner itself
+    assert capsys.readouterr().out.count("[pass] shard_count") == 2
+
+
+def test_shard_count_reference_is_tensorflows_partitioner() -> None:
     import tensorflow as tf
 
-    x, y = ex.ps_examples()
-    batch = input_context.get_per_replica_batch_size(16)
-    return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(256).repeat().batch(batch)
-
-
-def test_ps_dataset_fn(capsys) -> None:
-    ex.check_ps_dataset_fn(good_dataset_fn)
-    assert "[pass] ps_dataset_fn" in capsys.readouterr().out
+    for rows, columns, minimum, cap in [(300, 32, 16 << 10, 4), (1000, 32, 64 << 10, 2), (100, 32, 16 << 10, 4),
+                                        (1000, 32, 16 << 10, 4), (7, 1, 4, 8)]:
+        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(minimum, cap)
+        want = int(partitioner(tf.TensorShape([rows, columns]), tf.float32)[0])
+        assert ex.reference_shard_count(rows, columns, 4, minimum, cap) == want
 
 
 @pytest.mark.parametrize(
-    "mistake, hint",
+    "prediction, hint",
     [
-        (lambda tf, x, y, b: tf.data.Dataset.from_tensor_slices((x, y)).shuffle(256).batch(b), "repeat"),
-        (lambda tf, x, y, b: tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(b), "shuffle"),
-        (lambda tf, x, y, b: tf.data.Dataset.from_tensor_slices((x, y)).shuffle(256).repeat().batch(8), "16 examples"),
+        ({"embedding_300": 2, "embedding_1000": 4}, "rounded down"),
+        ({"embedding_300": 3, "embedding_1000": 8}, "max_shards=4, the cap"),
+        ({"embedding_300": 3, "embedding_1000": 2}, "one shard per parameter server"),
+        ({"embedding_300": 3}, "Set PREDICTION"),
+        ({"embedding_300": 3.0, "embedding_1000": 4}, "whole number"),
+        (None, "Set PREDICTION"),
     ],
 )
-def test_ps_dataset_fn_mistakes(mistake, hint) -> None:
-    import tensorflow as tf
-
-    def dataset_fn(input_context):
-        x, y = ex.ps_examples()
-        return mistake(tf, x, y, input_context.get_per_replica_batch_size(16))
-
-    with pytest.raises(ExerciseError, match="ps_dataset_fn") as caught:
-        ex.check_ps_dataset_fn(dataset_fn)
+def test_shard_count_mistakes(prediction, hint) -> None:
+    with pytest.raises(ExerciseError, match="shard_count") as caught:
+        ex.check_shard_count(prediction, observed=OBSERVED_SHARDS)
     assert hint in str(caught.value)
 
 
-def test_choose_strategy(capsys) -> None:
-    ex.check_choose_strategy(ex.reference_strategy)
-    assert "[pass] choose_strategy" in capsys.readouterr().out
+def test_ps_placement(capsys) -> None:
+    ex.check_ps_placement(ex.reference_ps_placement, observed=OBSERVED_SHARDS)
+    assert "[pass] ps_placement" in capsys.readouterr().out
+    assert ex.reference_ps_placement([3, 4], 2) == [[0, 1, 0], [1, 0, 1, 0]]
 
-    def multi_before_async(machines, devices, tpu=False, asynchronous=False):
-        if machines > 1:
-            return "MultiWorkerMirroredStrategy"
-        return ex.reference_strategy(machines, devices, tpu, asynchronous)
 
-    with pytest.raises(ExerciseError, match="ParameterServerStrategy"):
-        ex.check_choose_strategy(multi_before_async)
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        (lambda counts, num_ps: [[i % num_ps for i in range(n)] for n in counts], "start every variable on ps 0"),
+        (lambda counts, num_ps: [[k % num_ps] * n for k, n in enumerate(counts)], "Each shard is a variable of its own"),
+        (lambda counts, num_ps: [[(k + i) % num_ps for i in range(n)] for k, n in enumerate(counts)], "should be"),
+    ],
+    ids=["restart per variable", "whole variable on one server", "counter per variable index"],
+)
+def test_ps_placement_mistakes(answer, hint) -> None:
+    with pytest.raises(ExerciseError, match="ps_placement") as caught:
+        ex.check_ps_placement(answer, observed=OBSERVED_SHARDS)
+    assert hint in str(caught.value)

@@ -91,80 +91,117 @@ def check_count_copies(count_copies: Callable[[Any], int]) -> None:
     passed("count_copies", "default 1, Mirrored one per replica, CentralStorage 1.")
 
 
-def check_ps_dataset_fn(ps_dataset_fn: Callable[[Any], Any], global_batch: int = 16) -> None:
-    """``ps_dataset_fn(input_context)``: a per-worker dataset for ``ParameterServerStrategy``."""
-    import numpy as np
+#: The variables of the ``shards`` run (created in this order) and its partitioner.
+SHARD_ROWS = (300, 1000)
+SHARD_MIN_BYTES = 16 << 10
+SHARD_MAX = 4
+
+
+def reference_shard_count(rows: int, columns: int = 32, bytes_per_value: int = 4,
+                          min_shard_bytes: int = SHARD_MIN_BYTES, max_shards: int = SHARD_MAX) -> int:
+    """The shards ``MinSizePartitioner`` gives a ``(rows, columns)`` variable: TensorFlow's
+    ``min_max_variable_partitioner`` rounds ``bytes / min_shard_bytes`` *up*, then caps it by
+    ``max_shards`` and by the rows."""
+    import math
+
+    return max(1, min(rows, max_shards, math.ceil(rows * columns * bytes_per_value / min_shard_bytes)))
+
+
+def _ps_index(device: str) -> int:
+    return int(str(device).split()[-1])
+
+
+def check_shard_count(prediction: Any, observed: Optional[dict[str, list]] = None) -> None:
+    """``prediction``: ``{"embedding_300": n, "embedding_1000": m}``, the shards each embedding
+    gets under ``MinSizePartitioner(min_shard_bytes=16 KiB, max_shards=4)``.
+
+    ``observed`` is the layout the parameter-server cluster reported (``shards`` run); without
+    it the check asks TensorFlow's partitioner itself.
+    """
     import tensorflow as tf
 
-    with exercise("ps_dataset_fn"):
-        context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1)
-        dataset = ps_dataset_fn(context)
-        expect(isinstance(dataset, tf.data.Dataset), f"Return a tf.data.Dataset, not {type(dataset).__name__}.")
-        batches = [b for b in dataset.take(40)]
+    keys = [f"embedding_{rows}" for rows in SHARD_ROWS]
+    with exercise("shard_count"):
         expect(
-            len(batches) == 40,
-            f"The dataset ended after {len(batches)} batches: a worker asks for batches as long as "
-            "the coordinator schedules steps, so .repeat() it (training is counted in steps, not epochs).",
+            isinstance(prediction, dict) and set(prediction) == set(keys),
+            f"Set PREDICTION to a dict with the keys {keys} (a whole number each), got {prediction!r}.",
         )
-        first = batches[0][0] if isinstance(batches[0], (tuple, list)) else batches[0]
         expect(
-            int(first.shape[0]) == global_batch,
-            f"Each batch should hold {global_batch} examples (input_context.get_per_replica_batch_size"
-            f"({global_batch}) with one replica per step), got {int(first.shape[0])}.",
+            all(isinstance(prediction[k], int) and not isinstance(prediction[k], bool) for k in keys),
+            f"Each prediction is a whole number of shards: {prediction!r}.",
         )
-        values = [np.asarray(b[0] if isinstance(b, (tuple, list)) else b) for b in batches[:8]]
-        flat = np.concatenate([v.reshape(len(v), -1) for v in values])
-        plain = np.asarray(ps_examples()[0][: len(flat)]).reshape(len(flat), -1)
-        expect(
-            not np.array_equal(flat, plain),
-            "The batches come in the order of the examples: shuffle them. With a parameter server "
-            "every worker gets input_pipeline_id 0 and reads the whole dataset; without a "
-            "shuffle, all workers would train on the same batches in the same order.",
+        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+            min_shard_bytes=SHARD_MIN_BYTES, max_shards=SHARD_MAX
         )
-    passed("ps_dataset_fn", "shuffled, repeated, batched per replica.")
-
-
-def ps_examples() -> tuple[Any, Any]:
-    """The examples of the ``ps_dataset_fn`` exercise (features, labels)."""
-    from ..workers.parameter_servers import make_examples
-
-    return make_examples(256)
-
-
-#: The decision table of notebook 08, as (tpu, asynchronous, machines > 1, devices > 1) -> strategy.
-def reference_strategy(machines: int, devices_per_machine: int, tpu: bool = False, asynchronous: bool = False) -> str:
-    if tpu:
-        return "TPUStrategy"
-    if asynchronous:
-        return "ParameterServerStrategy"
-    if machines > 1:
-        return "MultiWorkerMirroredStrategy"
-    if devices_per_machine > 1:
-        return "MirroredStrategy"
-    return "OneDeviceStrategy"
-
-
-def check_choose_strategy(choose_strategy: Callable[..., str]) -> None:
-    """``choose_strategy(machines, devices_per_machine, tpu=False, asynchronous=False)``."""
-    cases = [
-        ((1, 1), {}),
-        ((1, 4), {}),
-        ((4, 8), {}),
-        ((2, 1), {}),
-        ((1, 8), {"tpu": True}),
-        ((8, 4), {"asynchronous": True}),
-        ((1, 2), {"asynchronous": True}),
-        ((16, 8), {"tpu": True}),
-    ]
-    with exercise("choose_strategy"):
-        for args, kwargs in cases:
-            got = choose_strategy(*args, **kwargs)
-            want = reference_strategy(*args, **kwargs)
-            text = ", ".join([str(a) for a in args] + [f"{k}={v}" for k, v in kwargs.items()])
+        for rows, key in zip(SHARD_ROWS, keys):
+            real = int(partitioner(tf.TensorShape([rows, 32]), tf.float32)[0])
+            if observed and key in observed:
+                real = len(observed[key])  # what the cluster really did
+            got = prediction[key]
+            kib = rows * 32 * 4 / 1024
+            if got == real:
+                continue
+            floor = int(kib // 16)
             expect(
-                isinstance(got, str) and got.replace("tf.distribute.", "").replace("experimental.", "") == want,
-                f"choose_strategy({text}) should be {want!r}, got {got!r}. Read the decision table "
-                "from the top: TPU first, then asynchronous training, then several machines, then "
-                "several devices on one machine.",
+                not (got == floor and floor <= SHARD_MAX),
+                f"{key}: {kib:g} KiB / 16 KiB = {kib / 16:.2f}, and you rounded down to {got}. "
+                f"TensorFlow rounds the count up (section 5: 125 KiB with 64 KiB made 2 shards of "
+                f"62.5 KiB each), then caps it by max_shards. The cluster made {real}.",
             )
-    passed("choose_strategy", "your choices follow the decision table.")
+            expect(
+                got <= SHARD_MAX,
+                f"{key}: {got} shards is more than max_shards={SHARD_MAX}, the cap. The cluster made {real}.",
+            )
+            expect(
+                got != 2,
+                f"{key}: you predicted 2, one shard per parameter server. The shard count does not "
+                f"follow the servers: MinSizePartitioner cuts {kib:g} KiB by size, and the 2 servers "
+                f"take the shards in turn. The cluster made {real}.",
+            )
+            expect(False, f"{key}: you predicted {got}, the cluster made {real}: ceil({kib:g} KiB / "
+                   f"16 KiB), at most max_shards={SHARD_MAX}.")
+    passed("shard_count", "ceil(size / min_shard_bytes), capped by max_shards, as the cluster did.")
+
+
+def reference_ps_placement(shard_counts: list[int], num_ps: int) -> list[list[int]]:
+    """Which parameter server holds each shard: ``ParameterServerStrategy`` places every variable
+    it creates (each shard is one) on the next server in turn, with one counter for all of them."""
+    out, count = [], 0
+    for shards in shard_counts:
+        out.append([(count + i) % num_ps for i in range(shards)])
+        count += shards
+    return out
+
+
+def check_ps_placement(
+    ps_placement: Callable[[list[int], int], list[list[int]]],
+    observed: Optional[dict[str, list]] = None,
+) -> None:
+    """``ps_placement(shard_counts, num_ps)``: for variables created in this order with these
+    numbers of shards, the parameter server of each shard (a list of lists of ints)."""
+    cases = [([3, 4], 2), ([1, 1, 1, 1, 1], 2), ([2, 1, 1], 2), ([4, 2], 3), ([3, 3, 1], 3), ([5], 2), ([1, 2], 4)]
+    with exercise("ps_placement"):
+        for counts, num_ps in cases:
+            raw = ps_placement(list(counts), num_ps)
+            got = [[int(x) for x in shards] for shards in raw]
+            want = reference_ps_placement(counts, num_ps)
+            restart = [[i % num_ps for i in range(n)] for n in counts]
+            whole = [[k % num_ps] * n for k, n in enumerate(counts)]
+            expect(
+                not (got == restart and got != want),
+                f"ps_placement({counts}, {num_ps}) = {got}: you start every variable on ps 0. The "
+                "strategy keeps one counter for every variable it creates, so the next variable "
+                f"starts where the last shard left off: {want}.",
+            )
+            expect(
+                not (got == whole and got != want),
+                f"ps_placement({counts}, {num_ps}) = {got}: you put all shards of a variable on one "
+                f"server. Each shard is a variable of its own and takes the next server: {want}.",
+            )
+            expect(got == want, f"ps_placement({counts}, {num_ps}) should be {want}, got {got}.")
+        if observed:
+            counts = [len(observed[key]) for key in observed]
+            real = [[_ps_index(d) for _, _, d in observed[key]] for key in observed]
+            got = [[int(x) for x in shards] for shards in ps_placement(counts, 2)]
+            expect(got == real, f"The cluster placed the shards {real}; your function says {got}.")
+    passed("ps_placement", "one counter for every shard, across variables, as the cluster placed them.")

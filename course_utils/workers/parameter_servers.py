@@ -10,6 +10,7 @@ a new cluster on new ports instead of clashing with the old one.
     python -m course_utils.workers.parameter_servers train      # async training, counted
     python -m course_utils.workers.parameter_servers partition  # which ps holds which shard
     python -m course_utils.workers.parameter_servers keras      # Model.fit: Keras 3 vs tf-keras
+    python -m course_utils.workers.parameter_servers shards     # the run of exercise shard_count
 
 Lines that depend on timing (who ran which step, how stale an update was) start with
 ``[async, varies per run]``; everything else is the same on every run.
@@ -270,9 +271,37 @@ def part_keras(tf: Any) -> None:
     report(ports=cluster_ports(resolver), **found)
 
 
+def part_shards(tf: Any) -> None:
+    """Two embeddings under ``MinSizePartitioner(16 KiB, 4)`` on 2 parameter servers: the run that
+    exercise ``shard_count`` predicts (how many shards each gets) and ``ps_placement`` explains."""
+    import keras
+
+    resolver = in_process_cluster(tf, num_workers=1, num_ps=2)
+    partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(min_shard_bytes=16 << 10, max_shards=4)
+    strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+    say("in-process cluster: 1 worker and 2 parameter servers")
+    say("partitioner: MinSizePartitioner(min_shard_bytes=16 KiB, max_shards=4)")
+    layout: dict[str, list] = {}
+    with strategy.scope():
+        for rows in (300, 1000):  # created in this order
+            embedding = keras.layers.Embedding(rows, 32, name=f"embedding_{rows}")
+            embedding.build((None,))
+            v = tf_variable(embedding.embeddings)
+            shards = list(getattr(v, "variables", [v]))
+            size = rows * 32 * 4 / 1024
+            say(f"embedding_{rows} ({rows}, 32) float32 = {size:g} KiB: {len(shards)} shard{'s' if len(shards) != 1 else ''}")
+            start, layout[f"embedding_{rows}"] = 0, []
+            for i, shard in enumerate(shards):
+                n = int(shard.shape[0])
+                say(f"  shard {i}: rows {start}-{start + n - 1} ({n * 32 * 4 / 1024:g} KiB) on {short_device(shard.device)}")
+                layout[f"embedding_{rows}"].append([start, start + n, short_device(shard.device)])
+                start += n
+    report(layout=layout, ports=cluster_ports(resolver))
+
+
 def main(argv: Any = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m course_utils.workers.parameter_servers")
-    parser.add_argument("part", choices=["train", "partition", "keras"])
+    parser.add_argument("part", choices=["train", "partition", "keras", "shards"])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--global-batch", type=int, default=16)
     args = parser.parse_args(argv)
@@ -281,6 +310,8 @@ def main(argv: Any = None) -> None:
         part_train(tf, args.steps, args.global_batch)
     elif args.part == "partition":
         part_partition(tf)
+    elif args.part == "shards":
+        part_shards(tf)
     else:
         part_keras(tf)
 
