@@ -1,8 +1,10 @@
-"""The checks of notebook 01 pass on right answers and give the right hint for planted mistakes."""
+"""The checks of notebook 01 pass on right answers and give the right hint for planted mistakes.
+
+The checks that run an epoch do it on 2 replicas (the session's two virtual CPUs, see conftest)
+next to one device."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from course_utils import simulation as sim
@@ -22,67 +24,28 @@ def _fails(check, answer, *fragments: str) -> str:
 
 
 def test_all_checks_pass_on_reference_solutions(capsys) -> None:
-    ex.check_shard_batch(RIGHT["shard_batch"])
     ex.check_data_parallel_gradient(RIGHT["data_parallel_gradient"])
-    ex.check_all_reduce(RIGHT["all_reduce"])
-    ex.check_ring_bytes(RIGHT["ring_bytes"])
+    ex.check_updates_per_epoch(RIGHT["updates_per_epoch"])
+    ex.check_epoch_traffic(RIGHT["epoch_traffic"])
     out = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in out] == [
-        "[pass] shard_batch",
         "[pass] data_parallel_gradient",
-        "[pass] all_reduce",
-        "[pass] ring_bytes",
+        "[pass] updates_per_epoch",
+        "[pass] epoch_traffic",
     ]
+    assert "16 updates on 2 replicas (64 examples each, the last 20 + 20), 32 on one device" in out[1]
 
 
 def test_checks_of_an_unfinished_exercise_say_so() -> None:
     def blank(*args, **kwargs):
-        raise NotImplementedError("Exercise shard_batch: replace this line with your code")
+        raise NotImplementedError("Exercise x: replace this line with your code")
 
-    for check, ident in [
-        (ex.check_shard_batch, "shard_batch"),
-        (ex.check_data_parallel_gradient, "data_parallel_gradient"),
-        (ex.check_all_reduce, "all_reduce"),
-        (ex.check_ring_bytes, "ring_bytes"),
+    for check, ident, answer in [
+        (ex.check_data_parallel_gradient, "data_parallel_gradient", blank),
+        (ex.check_updates_per_epoch, "updates_per_epoch", None),
+        (ex.check_epoch_traffic, "epoch_traffic", blank),
     ]:
-        _fails(check, blank, f"Exercise {ident} is not done yet")
-
-
-# --------------------------------------------------------------------------- shard_batch
-
-
-def test_shard_batch_floor_division_drops_examples() -> None:
-    def dropping(batch, replicas):
-        per = len(batch) // replicas
-        return [batch[r * per : (r + 1) * per] for r in range(replicas)]
-
-    _fails(ex.check_shard_batch, dropping, "none dropped", "10 examples over 3 replicas")
-
-
-def test_shard_batch_strided_is_not_contiguous() -> None:
-    def strided(batch, replicas):
-        return [batch[r::replicas] for r in range(replicas)]
-
-    _fails(ex.check_shard_batch, strided, "not contiguous")
-
-
-def test_shard_batch_last_shard_takes_the_rest() -> None:
-    def rest_at_end(batch, replicas):
-        per = len(batch) // replicas
-        return [batch[r * per : (r + 1) * per if r < replicas - 1 else None] for r in range(replicas)]
-
-    _fails(ex.check_shard_batch, rest_at_end, "should give shards of [4, 3, 3]", "got [3, 3, 4]")
-
-
-def test_shard_batch_wrong_count() -> None:
-    _fails(ex.check_shard_batch, lambda batch, replicas: [batch], "returned 1 shards")
-
-
-def test_shard_batch_student_exception_is_reported() -> None:
-    def broken(batch, replicas):
-        return np.split(batch, replicas)  # raises on uneven splits
-
-    _fails(ex.check_shard_batch, broken, "your code raised ValueError")
+        _fails(check, answer, f"Exercise {ident} is not done yet")
 
 
 # --------------------------------------------------------------------------- data_parallel_gradient
@@ -116,54 +79,56 @@ def test_data_parallel_gradient_wrong_return_type() -> None:
     _fails(ex.check_data_parallel_gradient, as_list, "Return a dict", "got list")
 
 
-# --------------------------------------------------------------------------- all_reduce
+# --------------------------------------------------------------------------- updates_per_epoch
 
 
-def test_all_reduce_mean_instead_of_sum() -> None:
-    def mean(per_replica):
-        total = sim.tree_sum(per_replica)
-        return [{k: v / len(per_replica) for k, v in total.items()} for _ in per_replica]
-
-    _fails(ex.check_all_reduce, mean, "SUMS", "0.50x the reference")
+def test_updates_per_epoch_one_device_count() -> None:
+    _fails(ex.check_updates_per_epoch, 32, "what ONE device makes", "32 examples on EACH replica, 64 in all",
+           "the run made 16 updates")
 
 
-def test_all_reduce_single_result_instead_of_one_per_replica() -> None:
-    _fails(ex.check_all_reduce, lambda per_replica: sim.tree_sum(per_replica), "return a list of 2 gradient dicts")
+def test_updates_per_epoch_dropping_the_last_batch() -> None:
+    _fails(ex.check_updates_per_epoch, 15, "FULL global batches", "40 examples (20 + 20", "the run made 16")
 
 
-def test_all_reduce_same_array_for_every_replica() -> None:
-    def shared(per_replica):
-        total = sim.tree_sum(per_replica)
-        return [total] * len(per_replica)
-
-    _fails(ex.check_all_reduce, shared, "its own copy")
+def test_updates_per_epoch_not_a_whole_number() -> None:
+    _fails(ex.check_updates_per_epoch, 1000 / 64, "whole number of updates")
 
 
-def test_all_reduce_modifying_the_input() -> None:
-    def in_place(per_replica):
-        total = per_replica[0]
-        for g in per_replica[1:]:
-            for k in total:
-                total[k] += g[k]
-        return [{k: v.copy() for k, v in total.items()} for _ in per_replica]
-
-    _fails(ex.check_all_reduce, in_place, "Do not modify")
+def test_updates_per_epoch_other_guess() -> None:
+    _fails(ex.check_updates_per_epoch, 8, "You predicted 8; the run made 16 updates on 2 replicas")
 
 
-# --------------------------------------------------------------------------- ring_bytes
+# --------------------------------------------------------------------------- epoch_traffic
 
 
-def test_ring_bytes_forgetting_the_two_phases() -> None:
-    _fails(ex.check_ring_bytes, lambda m, n, b=4: (n - 1) / n * m * b, "2 phases", "0.50x the reference")
+def test_epoch_traffic_steps_of_the_per_replica_batch() -> None:
+    def per_replica_steps(m, examples, batch, n, b=4):
+        return -(-examples // batch) * 2 * (n - 1) / n * m * b
+
+    _fails(ex.check_epoch_traffic, per_replica_steps, "replicas=2", "on EACH of the 2 replicas", "16 steps, not 32")
 
 
-def test_ring_bytes_forgetting_the_chunking() -> None:
-    _fails(ex.check_ring_bytes, lambda m, n, b=4: 2 * (n - 1) * m * b, "one chunk of 1/N", "2.00x the reference")
+def test_epoch_traffic_forgetting_the_last_batch() -> None:
+    def floor(m, examples, batch, n, b=4):
+        return examples // (batch * n) * 2 * (n - 1) / n * m * b
+
+    _fails(ex.check_epoch_traffic, floor, "last, shorter batch is a step too", "16 steps, not 15")
 
 
-def test_ring_bytes_one_device_sends_nothing() -> None:
-    _fails(ex.check_ring_bytes, lambda m, n, b=4: 2 * m * b * max(n - 1, 1) / n, "sends nothing")
+def test_epoch_traffic_one_step_only() -> None:
+    _fails(ex.check_epoch_traffic, lambda m, e, batch, n, b=4: 2 * (n - 1) / n * m * b, "ONE step's traffic")
 
 
-def test_ring_bytes_needs_a_default_width() -> None:
-    _fails(ex.check_ring_bytes, lambda m, n, b=2: 2 * (n - 1) / n * m * b, "default of 4")
+def test_epoch_traffic_bytes_that_grow_with_the_batch() -> None:
+    def batch_sized(m, examples, batch, n, b=4):  # thinks a bigger batch sends a bigger gradient
+        return -(-examples // (batch * n)) * 2 * (n - 1) / n * m * b * batch
+
+    _fails(ex.check_epoch_traffic, batch_sized, "per_replica_batch=32", "whatever the batch size", "32.00x")
+
+
+def test_epoch_traffic_one_device_sends_nothing() -> None:
+    def no_special_case(m, examples, batch, n, b=4):
+        return -(-examples // (batch * n)) * 2 * max(n - 1, 1) / n * m * b
+
+    _fails(ex.check_epoch_traffic, no_special_case, "should be 0")

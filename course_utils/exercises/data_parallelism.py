@@ -2,51 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
 from .. import simulation as sim
 from ..checks import exercise, expect, expect_close, passed
-
-
-def check_shard_batch(shard_batch: Callable[[np.ndarray, int], Sequence[np.ndarray]]) -> None:
-    """``shard_batch(batch, replicas)``: contiguous shards in order, sizes as even as possible."""
-    with exercise("shard_batch"):
-        for size, replicas in [(8, 2), (8, 1), (12, 4), (10, 3), (7, 7), (9, 2)]:
-            batch = np.arange(size * 2).reshape(size, 2)  # a batch of examples with 2 features
-            shards = shard_batch(batch, replicas)
-            shards = list(shards)
-            expect(
-                len(shards) == replicas,
-                f"shard_batch(<{size} examples>, {replicas}) returned {len(shards)} shards; "
-                f"return one shard per replica ({replicas}).",
-            )
-            sizes = [len(s) for s in shards]
-            expect(
-                sum(sizes) == size,
-                f"Splitting {size} examples over {replicas} replicas gave shards of {sizes} examples, "
-                f"{sum(sizes)} in total: every example must land in exactly one shard, none dropped "
-                "(when the split is uneven, give the first shards one example more).",
-            )
-            want = sim.shard_sizes(size, replicas)
-            expect(
-                sizes == want,
-                f"Splitting {size} examples over {replicas} replicas should give shards of {want} "
-                f"examples, got {sizes}: as even as possible, the first shards one example more "
-                "(like np.array_split).",
-            )
-            expect(
-                all(np.array_equal(np.asarray(s), e) for s, e in zip(shards, sim.shard(batch, replicas))),
-                f"The shards of {size} examples over {replicas} replicas are not contiguous slices in "
-                "order: replica 0 takes the first examples, replica 1 the next ones, and so on "
-                "(no striding, no shuffling), which is how tf.distribute splits a global batch.",
-            )
-            expect(
-                all(np.asarray(s).shape[1:] == batch.shape[1:] for s in shards),
-                "Split along the first axis only (examples); each shard keeps the feature axis.",
-            )
-    passed("shard_batch", "contiguous shards, in order, as even as possible, nothing lost.")
+from ..strategies import mirrored_cpus
 
 
 def check_data_parallel_gradient(
@@ -86,102 +48,148 @@ def check_data_parallel_gradient(
     passed("data_parallel_gradient", "equals the single-device gradient on 1 to 5 replicas, even and uneven shards.")
 
 
-def check_all_reduce(all_reduce: Callable[[list], list]) -> None:
-    """``all_reduce(per_replica)``: every replica gets its own copy of the SUM."""
-    rng = np.random.default_rng(3)
-    with exercise("all_reduce"):
-        for replicas in (2, 1, 3):
-            per_replica = [
-                {"kernel": rng.normal(size=(4, 3)), "bias": rng.normal(size=3)} for _ in range(replicas)
-            ]
-            originals = [{k: v.copy() for k, v in g.items()} for g in per_replica]
-            total = sim.tree_sum(originals)
-            result = all_reduce(per_replica)
-            expect(
-                isinstance(result, (list, tuple)) and len(result) == replicas,
-                f"With {replicas} replicas, return a list of {replicas} gradient dicts, one per "
-                f"replica (got {type(result).__name__}"
-                f"{' of length ' + str(len(result)) if isinstance(result, (list, tuple)) else ''}): "
-                "after an all-reduce EVERY replica holds the result.",
-            )
-            for r, grads in enumerate(result):
-                for name in ("kernel", "bias"):
-                    expect_close(
-                        grads[name],
-                        total[name],
-                        f"Replica {r} of {replicas} holds the wrong '{name}'. An all-reduce here SUMS "
-                        "the per-replica gradients (each was already divided by the global batch), "
-                        "it does not average them",
-                    )
-            for r in range(replicas):
-                for name in ("kernel", "bias"):
-                    expect(
-                        np.array_equal(per_replica[r][name], originals[r][name]),
-                        "Do not modify the per-replica gradients you were given (an in-place += "
-                        "changed replica {r}'s input); build new arrays for the result.".format(r=r),
-                    )
-            if replicas > 1:
-                first = result[0]["kernel"]
-                expect(
-                    all(np.asarray(g["kernel"]) is not first and not np.shares_memory(g["kernel"], first) for g in result[1:]),
-                    "Every replica needs its own copy of the result, not the same array: after the "
-                    "all-reduce each device updates its own copy of the variables (that is what a "
-                    "mirrored variable is). Use .copy() for each replica.",
-                )
-    passed("all_reduce", "every replica holds its own copy of the sum.")
+#: The epoch of ``updates_per_epoch``: examples in the data set, examples per replica per step.
+EPOCH_EXAMPLES, PER_REPLICA_BATCH = 1_000, 32
 
 
-def check_ring_bytes(ring_bytes: Callable[..., float]) -> None:
-    """``ring_bytes(num_params, replicas, bytes_per_param=4)``: bytes each device sends."""
-    cases = [
-        (1_000, 2, 4, 4_000.0),
-        (1_000, 4, 4, 6_000.0),
-        (1_000, 1, 4, 0.0),
-        (121_930, 8, 4, 853_510.0),
-        (25_636_712, 16, 2, 96_137_670.0),
+def epoch_batches(strategy: Any, examples: int, per_replica_batch: int) -> list[list[int]]:
+    """Run one epoch of ``range(examples)`` through ``strategy`` with ``per_replica_batch``
+    examples per replica; for each step (one update), the number of examples on each replica."""
+    import tensorflow as tf
+
+    global_batch = per_replica_batch * strategy.num_replicas_in_sync
+    dataset = tf.data.Dataset.range(examples).batch(global_batch)
+    return [
+        [int(t.shape[0]) for t in strategy.experimental_local_results(batch)]
+        for batch in strategy.experimental_distribute_dataset(dataset)
     ]
-    with exercise("ring_bytes"):
-        for params, n, width, want in cases:
-            got = ring_bytes(params, n, width)
+
+
+def _two_replicas() -> Any:
+    return mirrored_cpus(2, needed_by="This check")
+
+
+def _one_device() -> Any:
+    import tensorflow as tf
+
+    return tf.distribute.get_strategy()
+
+
+def check_updates_per_epoch(prediction: Any) -> None:
+    """``UPDATES_ON_2_REPLICAS``: the updates of one epoch on 2 replicas, counted by running it."""
+    with exercise("updates_per_epoch"):
+        if prediction is None or prediction is Ellipsis:
+            raise NotImplementedError
+        expect(
+            isinstance(prediction, (int, float, np.integer, np.floating)) and float(prediction).is_integer(),
+            f"Predict a whole number of updates (got {prediction!r}): every step makes one update, "
+            "and a step cannot be split.",
+        )
+        guess = int(prediction)
+        two = epoch_batches(_two_replicas(), EPOCH_EXAMPLES, PER_REPLICA_BATCH)
+        one = epoch_batches(_one_device(), EPOCH_EXAMPLES, PER_REPLICA_BATCH)
+        measured, full = len(two), EPOCH_EXAMPLES // (2 * PER_REPLICA_BATCH)
+        expect(
+            guess != len(one) or len(one) == measured,
+            f"You predicted {guess}, what ONE device makes with batches of {PER_REPLICA_BATCH}. On 2 "
+            f"replicas every update takes {PER_REPLICA_BATCH} examples on EACH replica, "
+            f"{2 * PER_REPLICA_BATCH} in all; the run made {measured} updates.",
+        )
+        expect(
+            guess != full or full == measured,
+            f"You predicted {guess}, the number of FULL global batches. The rest, "
+            f"{sum(two[-1])} examples ({' + '.join(map(str, two[-1]))} on the replicas), is one more "
+            f"step and one more update: the run made {measured}.",
+        )
+        expect(
+            guess == measured,
+            f"You predicted {guess}; the run made {measured} updates on 2 replicas. One update "
+            f"consumes the global batch: {PER_REPLICA_BATCH} examples per replica x 2 replicas.",
+        )
+    passed(
+        "updates_per_epoch",
+        f"{measured} updates on 2 replicas ({sum(two[0])} examples each, the last "
+        f"{' + '.join(map(str, two[-1]))}), {len(one)} on one device ({sum(one[0])} each, the last {sum(one[-1])}).",
+    )
+
+
+def _epoch_traffic(num_params: int, examples: int, per_replica_batch: int, replicas: int, width: int = 4) -> float:
+    from ..allreduce import ring_bytes_per_device
+
+    steps = -(-examples // (per_replica_batch * replicas))
+    return steps * ring_bytes_per_device(num_params, replicas, bytes_per_param=width)
+
+
+def check_epoch_traffic(epoch_traffic: Callable[..., float]) -> None:
+    """``epoch_traffic(num_params, examples, per_replica_batch, replicas, bytes_per_param=4)``."""
+    from ..allreduce import ring_bytes_per_device
+
+    cases = [  # (parameters, examples, per-replica batch, replicas, bytes per parameter)
+        (1_000, EPOCH_EXAMPLES, PER_REPLICA_BATCH, 2, 4),
+        (1_000, EPOCH_EXAMPLES, 2 * PER_REPLICA_BATCH, 2, 4),
+        (1_000, EPOCH_EXAMPLES, PER_REPLICA_BATCH, 1, 4),
+        (121_930, 60_000, 64, 8, 4),
+        (25_636_712, 1_281_167, 32, 64, 2),
+    ]
+    with exercise("epoch_traffic"):
+        steps_two = len(epoch_batches(_two_replicas(), EPOCH_EXAMPLES, PER_REPLICA_BATCH))
+        for params, examples, batch, n, width in cases:
+            got = epoch_traffic(params, examples, batch, n, width)
             expect(
                 got is not None and np.isfinite(float(got)),
-                f"ring_bytes({params}, {n}, {width}) returned {got!r}; return a number of bytes.",
+                f"epoch_traffic({params}, {examples}, {batch}, {n}, {width}) returned {got!r}; return "
+                "a number of bytes.",
             )
-            hint = f"ring_bytes({params:,}, replicas={n}, bytes_per_param={width}) should be {want:,.0f} bytes"
-            if n == 1:
-                hint += ": a single device has nobody to talk to, so it sends nothing"
+            got = float(got)
+            want = _epoch_traffic(params, examples, batch, n, width)
+            if n == 2 and examples == EPOCH_EXAMPLES and batch == PER_REPLICA_BATCH:
+                steps = steps_two  # counted by running the epoch on 2 replicas
+                want = steps * ring_bytes_per_device(params, n, bytes_per_param=width)
             else:
-                hint += (
-                    ". A ring all-reduce has 2 phases (reduce-scatter, then all-gather) of N-1 steps; "
-                    "in each step a device sends one chunk of 1/N of the model: 2 (N-1)/N x model bytes"
-                )
-            expect_close(float(got), want, hint, rtol=1e-9, atol=1e-6)
-        default = ring_bytes(1_000, 2)
-        expect(
-            default is not None and abs(float(default) - 4_000.0) < 1e-6,
-            "Without bytes_per_param, count float32 values: give bytes_per_param a default of 4.",
-        )
-    passed("ring_bytes", "2 (N-1)/N x model bytes, nothing on one device.")
+                steps = -(-examples // (batch * n))
+            per_step = ring_bytes_per_device(params, n, bytes_per_param=width)
+            case = f"epoch_traffic({params:,}, examples={examples:,}, per_replica_batch={batch}, replicas={n})"
+            if n == 1:
+                expect(abs(got) < 1e-9, f"{case} should be 0: one device has nobody to send to (got {got:,.0f}).")
+                continue
+            expect(
+                not np.isclose(got, per_step),
+                f"{case}: {got:,.0f} bytes is ONE step's traffic; an epoch makes {steps} steps, and every "
+                "step all-reduces the whole gradient once.",
+            )
+            expect(
+                not np.isclose(got, -(-examples // batch) * per_step),
+                f"{case}: you counted steps of {batch} examples, but one step takes {batch} examples on "
+                f"EACH of the {n} replicas ({batch * n} in all): {steps} steps, not {-(-examples // batch)}.",
+            )
+            expect(
+                not np.isclose(got, (examples // (batch * n)) * per_step) or examples % (batch * n) == 0,
+                f"{case}: the last, shorter batch is a step too, with a full-size gradient to all-reduce: "
+                f"{steps} steps, not {examples // (batch * n)}.",
+            )
+            expect_close(
+                got,
+                want,
+                f"{case}: each device sends 2 (N-1)/N x the gradient's bytes per step "
+                f"({per_step:,.0f} here, whatever the batch size), times {steps} steps",
+                rtol=1e-9,
+                atol=1e-6,
+            )
+    passed("epoch_traffic", "steps of the global batch (the last one too) x 2 (N-1)/N x gradient bytes; nothing on one device.")
 
 
 def reference_solutions() -> dict[str, Any]:
-    """Correct versions of the four exercises (for tests and instructors)."""
-
-    def shard_batch(batch, replicas):
-        return sim.shard(batch, replicas)
+    """Correct versions of the exercises (for tests and instructors)."""
 
     def data_parallel_gradient(params, x, y, replicas):
         return sim.all_reduce_sum(sim.replica_gradients(params, x, y, replicas))[0]
 
-    def all_reduce(per_replica):
-        return sim.all_reduce_sum(per_replica)
-
-    def ring_bytes(num_params, replicas, bytes_per_param=4):
-        return 2 * (replicas - 1) / replicas * num_params * bytes_per_param
+    def epoch_traffic(num_params, examples, per_replica_batch, replicas, bytes_per_param=4):
+        steps = -(-examples // (per_replica_batch * replicas))
+        return steps * 2 * (replicas - 1) / replicas * num_params * bytes_per_param
 
     return {
-        "shard_batch": shard_batch,
         "data_parallel_gradient": data_parallel_gradient,
-        "all_reduce": all_reduce,
-        "ring_bytes": ring_bytes,
+        "updates_per_epoch": 16,
+        "epoch_traffic": epoch_traffic,
     }
