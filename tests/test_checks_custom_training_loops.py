@@ -1,7 +1,7 @@
-"""The checks of notebook 04 pass on the tutorial's step and fail, with a hint, on each mistake.
+"""The checks of notebook 04 pass on right answers and fail, with their hint, on plausible wrong ones.
 
-Each check must fail on the blank student version (the placeholder) and on a step that uses
-``tf.reduce_mean`` for the loss: right on one replica, 2x off on two.
+Each wrong answer below is right (or looks right) on one device and is caught on 2 replicas,
+or is the padding mistake the check names; the blank student version fails with "not done yet".
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def loss_object():
 
 
 def blank(*args, **kwargs):
-    raise NotImplementedError("Exercise compute_loss: replace this line with your code")
+    raise NotImplementedError("Exercise padded_loss: replace this line with your code")
 
 
 def fails_with(check, answer, *needles) -> str:
@@ -39,14 +39,43 @@ def fails_with(check, answer, *needles) -> str:
     return message
 
 
-# --------------------------------------------------------------------------- compute_loss
+# --------------------------------------------------------------------------- adam_update_factor
+
+
+def test_adam_factor_is_measured_near_one() -> None:
+    assert ex.adam_update_factor() == pytest.approx(1.0, abs=0.05)
+
+
+def test_adam_prediction_passes(capsys) -> None:
+    ex.check_adam_update_factor(1.0)
+    assert "[pass] adam_update_factor" in capsys.readouterr().out
+
+
+def test_adam_prediction_blank() -> None:
+    fails_with(ex.check_adam_update_factor, None, "is not done yet")
+
+
+def test_adam_prediction_two() -> None:
+    """The plausible wrong answer: the gradients are 2x on 2 replicas, so the update must be too."""
+    fails_with(ex.check_adam_update_factor, 2.0, "you predicted 2", "constant factor cancels", "SGD")
+
+
+def test_adam_prediction_not_a_number() -> None:
+    fails_with(ex.check_adam_update_factor, "2x", "one number")
+
+
+# --------------------------------------------------------------------------- padded_loss
 
 
 @pytest.fixture(scope="module")
 def right_loss(tf, loss_object):
-    def compute_loss(labels, logits, model_losses, global_batch_size):
+    def compute_loss(labels, logits, mask, model_losses):
         per_example_loss = loss_object(labels, logits)
-        loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch_size)
+        context = tf.distribute.get_replica_context()
+        real = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.reduce_sum(mask))
+        loss = tf.nn.compute_average_loss(
+            per_example_loss, sample_weight=mask, global_batch_size=tf.cast(real, tf.int32)
+        )
         if model_losses:
             loss += tf.nn.scale_regularization_loss(tf.add_n(model_losses))
         return loss
@@ -54,91 +83,76 @@ def right_loss(tf, loss_object):
     return compute_loss
 
 
-def test_compute_loss_passes(right_loss, capsys) -> None:
-    ex.check_compute_loss(right_loss)
-    assert "[pass] compute_loss" in capsys.readouterr().out
+def test_padded_loss_passes(right_loss, capsys) -> None:
+    ex.check_padded_loss(right_loss)
+    assert "[pass] padded_loss" in capsys.readouterr().out
 
 
-def test_compute_loss_blank() -> None:
-    fails_with(ex.check_compute_loss, blank, "Exercise compute_loss is not done yet")
+def test_padded_loss_blank() -> None:
+    fails_with(ex.check_padded_loss, blank, "Exercise padded_loss is not done yet")
 
 
-def test_compute_loss_reduce_mean(tf, loss_object) -> None:
-    def compute_loss(labels, logits, model_losses, global_batch_size):
-        loss = tf.reduce_mean(loss_object(labels, logits))
+def test_padded_loss_own_count(tf, loss_object) -> None:
+    """Right on one device: the weighted mean of the replica's own real examples."""
+
+    def compute_loss(labels, logits, mask, model_losses):
+        loss = tf.reduce_sum(loss_object(labels, logits) * mask) / tf.reduce_sum(mask)
         if model_losses:
             loss += tf.nn.scale_regularization_loss(tf.add_n(model_losses))
         return loss
 
-    fails_with(ex.check_compute_loss, compute_loss, "On 2 replicas", "GLOBAL batch size", "2.00x")
+    fails_with(ex.check_padded_loss, compute_loss, "on 2 replicas", "OWN count", "across the replicas")
 
 
-def test_compute_loss_keras_default_reduction(tf) -> None:
-    """Keras 3 divides a default-reduction loss by the replicas itself (right for even splits),
-    but it ignores global_batch_size, which the short-last-batch case catches."""
-    import keras
+def test_padded_loss_sample_weight_slots(tf, loss_object) -> None:
+    """compute_average_loss with the mask as sample_weight still divides by every slot."""
 
-    default = keras.losses.SparseCategoricalCrossentropy(from_logits=True)  # sum_over_batch_size
-
-    def compute_loss(labels, logits, model_losses, global_batch_size):
-        loss = default(labels, logits)
+    def compute_loss(labels, logits, mask, model_losses):
+        loss = tf.nn.compute_average_loss(loss_object(labels, logits), sample_weight=mask)
         if model_losses:
             loss += tf.nn.scale_regularization_loss(tf.add_n(model_losses))
         return loss
 
-    fails_with(ex.check_compute_loss, compute_loss, "global_batch_size=32")
+    fails_with(ex.check_padded_loss, compute_loss, "divides by all 16 slots")
 
 
-def test_compute_loss_unscaled_penalty(tf, loss_object) -> None:
-    def compute_loss(labels, logits, model_losses, global_batch_size):
-        loss = tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size=global_batch_size)
+def test_padded_loss_no_mask(tf, loss_object) -> None:
+    def compute_loss(labels, logits, mask, model_losses):
+        loss = tf.nn.compute_average_loss(loss_object(labels, logits))
+        if model_losses:
+            loss += tf.nn.scale_regularization_loss(tf.add_n(model_losses))
+        return loss
+
+    fails_with(ex.check_padded_loss, compute_loss, "padding examples count")
+
+
+def test_padded_loss_unscaled_penalty(tf, right_loss) -> None:
+    def compute_loss(labels, logits, mask, model_losses):
+        loss = right_loss(labels, logits, mask, [])
         if model_losses:
             loss += tf.add_n(model_losses)
         return loss
 
-    fails_with(ex.check_compute_loss, compute_loss, "count 2.00 times", "scale_regularization_loss")
+    fails_with(ex.check_padded_loss, compute_loss, "count 2.00 times")
 
 
-def test_compute_loss_without_penalty(tf, loss_object) -> None:
-    def compute_loss(labels, logits, model_losses, global_batch_size):
-        return tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size=global_batch_size)
-
-    fails_with(ex.check_compute_loss, compute_loss, "without the penalties")
+def test_padded_loss_without_penalty(right_loss) -> None:
+    fails_with(ex.check_padded_loss, lambda l, g, m, p: right_loss(l, g, m, []), "without the penalties")
 
 
-def test_compute_loss_empty_penalties(tf, loss_object) -> None:
-    def compute_loss(labels, logits, model_losses, global_batch_size):
-        loss = tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size=global_batch_size)
-        return loss + tf.nn.scale_regularization_loss(tf.add_n(model_losses))
-
-    fails_with(ex.check_compute_loss, compute_loss, "model_losses=[]", "if model_losses")
+# --------------------------------------------------------------------------- padded_train_step
 
 
-def test_compute_loss_ignores_global_batch_size(tf, loss_object) -> None:
-    def compute_loss(labels, logits, model_losses, global_batch_size):
-        loss = tf.nn.compute_average_loss(loss_object(labels, logits))  # per-replica size x replicas
-        if model_losses:
-            loss += tf.nn.scale_regularization_loss(tf.add_n(model_losses))
-        return loss
-
-    fails_with(ex.check_compute_loss, compute_loss, "global_batch_size=32")
-
-
-# --------------------------------------------------------------------------- train_step
-
-
-def make_factory(tf, loss_fn, *, apply=True, update_metric=True):
-    def make_train_step(model, optimizer, accuracy, global_batch_size):
+def make_factory(tf, loss_fn, *, masked_metric=True):
+    def make_train_step(model, optimizer, accuracy):
         def train_step(inputs):
-            images, labels = inputs
+            images, labels, mask = inputs
             with tf.GradientTape() as tape:
                 logits = model(images, training=True)
-                loss = loss_fn(labels, logits, model.losses, global_batch_size)
+                loss = loss_fn(labels, logits, mask, model.losses)
             gradients = tape.gradient(loss, model.trainable_variables)
-            if apply:
-                optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-            if update_metric:
-                accuracy.update_state(labels, logits)
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+            accuracy.update_state(labels, logits, sample_weight=mask if masked_metric else None)
             return loss
 
         return train_step
@@ -146,142 +160,106 @@ def make_factory(tf, loss_fn, *, apply=True, update_metric=True):
     return make_train_step
 
 
-def test_train_step_passes(tf, right_loss, capsys) -> None:
-    ex.check_train_step(make_factory(tf, right_loss))
-    assert "[pass] train_step" in capsys.readouterr().out
+def test_padded_train_step_passes(tf, right_loss, capsys) -> None:
+    ex.check_padded_train_step(make_factory(tf, right_loss))
+    assert "[pass] padded_train_step" in capsys.readouterr().out
 
 
-def test_train_step_blank() -> None:
-    def make_train_step(model, optimizer, accuracy, global_batch_size):
+def test_padded_train_step_blank() -> None:
+    def make_train_step(model, optimizer, accuracy):
         def train_step(inputs):
-            images, labels = inputs
-            raise NotImplementedError("Exercise train_step: replace this line with your code")
+            raise NotImplementedError("Exercise padded_train_step: replace this line with your code")
 
         return train_step
 
-    fails_with(ex.check_train_step, make_train_step, "Exercise train_step is not done yet")
+    fails_with(ex.check_padded_train_step, make_train_step, "Exercise padded_train_step is not done yet")
 
 
-def test_train_step_blank_compute_loss(tf) -> None:
-    fails_with(ex.check_train_step, make_factory(tf, blank), "exercise compute_loss, which is not done yet")
+def test_padded_train_step_blank_compute_loss(tf) -> None:
+    fails_with(ex.check_padded_train_step, make_factory(tf, blank), "exercise padded_loss, which is not done yet")
 
 
-def test_train_step_reduce_mean(tf, loss_object) -> None:
-    def mean_loss(labels, logits, model_losses, global_batch_size):
-        return tf.reduce_mean(loss_object(labels, logits)) + tf.add_n(model_losses)
-
-    fails_with(ex.check_train_step, make_factory(tf, mean_loss), "On 2 replicas", "2.00x", "tf.reduce_mean")
+def test_padded_train_step_unmasked_accuracy(tf, right_loss) -> None:
+    fails_with(ex.check_padded_train_step, make_factory(tf, right_loss, masked_metric=False),
+               "counted the 5 padding examples", "mask")
 
 
-def test_train_step_without_update(tf, right_loss) -> None:
-    fails_with(ex.check_train_step, make_factory(tf, right_loss, apply=False), "did not change")
+def test_padded_train_step_own_count_loss(tf, loss_object) -> None:
+    """The padded_loss mistake seen through the step: right on one device, off on 2 replicas."""
+
+    def own_count(labels, logits, mask, model_losses):
+        loss = tf.reduce_sum(loss_object(labels, logits) * mask) / tf.reduce_sum(mask)
+        return loss + tf.nn.scale_regularization_loss(tf.add_n(model_losses))
+
+    fails_with(ex.check_padded_train_step, make_factory(tf, own_count), "On 2 replicas", "the update is")
 
 
-def test_train_step_without_metric(tf, right_loss) -> None:
-    fails_with(ex.check_train_step, make_factory(tf, right_loss, update_metric=False), "accuracy.update_state")
+# --------------------------------------------------------------------------- distributed_test_step
 
 
-# --------------------------------------------------------------------------- distributed_train_step
+def make_test_factory(tf, loss_object, how="right"):
+    def make_distributed_test_step(strategy, model, loss_metric, accuracy):
+        def test_step(inputs):
+            images, labels, mask = inputs
+            logits = model(images, training=False)
+            loss_metric.update_state(loss_object(labels, logits), sample_weight=mask)
+            accuracy.update_state(labels, logits, sample_weight=mask)
 
+        def forward(inputs):
+            images, labels, mask = inputs
+            return model(images, training=False)
 
-def test_distributed_train_step_passes(tf, capsys) -> None:
-    def make_distributed_train_step(strategy, train_step):
         @tf.function
-        def distributed_train_step(dataset_inputs):
-            per_replica_losses = strategy.run(train_step, args=(dataset_inputs,))
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
+        def distributed_test_step(inputs):
+            if how == "right":
+                strategy.run(test_step, args=(inputs,))
+            elif how == "outside":  # the metrics updated outside strategy.run
+                logits = strategy.run(forward, args=(inputs,))
+                images, labels, mask = inputs
+                loss_metric.update_state(loss_object(labels, logits), sample_weight=mask)
+                accuracy.update_state(labels, logits, sample_weight=mask)
+            elif how == "first_replica":  # outside strategy.run, on replica 0's values only
+                logits = strategy.experimental_local_results(strategy.run(forward, args=(inputs,)))[0]
+                images, labels, mask = (strategy.experimental_local_results(v)[0] for v in inputs)
+                loss_metric.update_state(loss_object(labels, logits), sample_weight=mask)
+                accuracy.update_state(labels, logits, sample_weight=mask)
+            elif how == "unmasked":
+                def unmasked(inputs):
+                    images, labels, mask = inputs
+                    logits = model(images, training=False)
+                    loss_metric.update_state(loss_object(labels, logits))
+                    accuracy.update_state(labels, logits)
 
-        return distributed_train_step
+                strategy.run(unmasked, args=(inputs,))
 
-    ex.check_distributed_train_step(make_distributed_train_step)
-    assert "[pass] distributed_train_step" in capsys.readouterr().out
+        return distributed_test_step
 
-
-def test_distributed_train_step_blank() -> None:
-    def make_distributed_train_step(strategy, train_step):
-        raise NotImplementedError("Exercise distributed_train_step: replace this line with your code")
-
-    fails_with(ex.check_distributed_train_step, make_distributed_train_step, "is not done yet")
-
-
-def test_distributed_train_step_reduce_mean(tf) -> None:
-    def make_distributed_train_step(strategy, train_step):
-        @tf.function
-        def distributed_train_step(dataset_inputs):
-            per_replica_losses = strategy.run(train_step, args=(dataset_inputs,))
-            return tf.reduce_mean(strategy.experimental_local_results(per_replica_losses))
-
-        return distributed_train_step
-
-    fails_with(ex.check_distributed_train_step, make_distributed_train_step, "On 2 replicas", "half", "SUM")
+    return make_distributed_test_step
 
 
-def test_distributed_train_step_mean_reduction(tf) -> None:
-    def make_distributed_train_step(strategy, train_step):
-        @tf.function
-        def distributed_train_step(dataset_inputs):
-            per_replica_losses = strategy.run(train_step, args=(dataset_inputs,))
-            return strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica_losses, axis=None)
-
-        return distributed_train_step
-
-    fails_with(ex.check_distributed_train_step, make_distributed_train_step, "half", "ReduceOp.SUM")
+def test_distributed_test_step_passes(tf, loss_object, capsys) -> None:
+    ex.check_distributed_test_step(make_test_factory(tf, loss_object))
+    assert "[pass] distributed_test_step" in capsys.readouterr().out
 
 
-def test_distributed_train_step_not_reduced(tf) -> None:
-    def make_distributed_train_step(strategy, train_step):
-        @tf.function
-        def distributed_train_step(dataset_inputs):
-            return strategy.run(train_step, args=(dataset_inputs,))
+def test_distributed_test_step_blank() -> None:
+    def make_distributed_test_step(strategy, model, loss_metric, accuracy):
+        raise NotImplementedError("Exercise distributed_test_step: replace this line with your code")
 
-        return distributed_train_step
-
-    fails_with(ex.check_distributed_train_step, make_distributed_train_step, "PerReplica")
+    fails_with(ex.check_distributed_test_step, make_distributed_test_step, "is not done yet")
 
 
-def test_distributed_train_step_without_tf_function(tf) -> None:
-    def make_distributed_train_step(strategy, train_step):
-        def distributed_train_step(dataset_inputs):
-            per_replica_losses = strategy.run(train_step, args=(dataset_inputs,))
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
-
-        return distributed_train_step
-
-    fails_with(ex.check_distributed_train_step, make_distributed_train_step, "@tf.function")
+def test_distributed_test_step_metrics_outside_run(tf, loss_object) -> None:
+    fails_with(ex.check_distributed_test_step, make_test_factory(tf, loss_object, "outside"),
+               "On 2 replicas", "outside strategy.run", "inside the function that strategy.run runs")
 
 
-# --------------------------------------------------------------------------- reference helpers
+def test_distributed_test_step_first_replica_only(tf, loss_object) -> None:
+    """Right on one device (one replica is all there is), wrong on two."""
+    fails_with(ex.check_distributed_test_step, make_test_factory(tf, loss_object, "first_replica"),
+               "On 2 replicas", "One device was right", "inside strategy.run")
 
 
-def test_reference_matches_tutorial_step_on_two_replicas(two_replicas) -> None:
-    from course_utils import reference as ref
-
-    images, labels = ref.check_batch()
-    weights = ref.initial_weights()
-    expected = ref.reference_step(weights, images, labels)
-    got = ref.run_train_step(two_replicas, ref.tutorial_train_step, weights, images, labels)
-    assert got.replicas == 2
-    assert ref.same(got.update, expected.update)
-    assert abs(got.loss - expected.loss) < 1e-4 * expected.loss
-    assert got.accuracy == pytest.approx(expected.accuracy)
-    assert ref.factor(2 * got.update, expected.update) == pytest.approx(2.0)
-
-
-def test_stable_error_line() -> None:
-    from course_utils.reference import stable_error_line
-
-    stderr = (
-        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
-        "Traceback (most recent call last):\n"
-        "tensorflow.python.framework.errors_impl.InvalidArgumentError: Graph execution error:\n"
-        "Detected at node cond/Placeholder_1 defined at (most recent call last):\n"
-        "2 root error(s) found.\n"
-        "  (0) INVALID_ARGUMENT:  You must feed a value for placeholder tensor "
-        "'cond/else/_1/cond/Placeholder_1' with dtype int32\n"
-        "0 successful operations. [Op:__inference_fn_with_cond_1815]\n"
-    )
-    assert stable_error_line(stderr) == (
-        "InvalidArgumentError: You must feed a value for placeholder tensor '...'"
-    )
-    assert stable_error_line("ValueError: at 0x7f00aa [Op:Add]") == "ValueError: at 0x..."
-    assert stable_error_line("all good") == ""
+def test_distributed_test_step_unmasked(tf, loss_object) -> None:
+    fails_with(ex.check_distributed_test_step, make_test_factory(tf, loss_object, "unmasked"),
+               "padding examples were counted")

@@ -1,15 +1,28 @@
 """Checks for notebook 04, custom training loops.
 
-Every check runs the student's code twice from the same weights and the same global batch: on
-one device and on a 2-replica ``MirroredStrategy`` over virtual CPUs, and compares both runs with
-a single-device reference (:mod:`course_utils.reference`). A step that averages over the
-replica's own examples (``tf.reduce_mean``) is right on one replica and exactly 2x off on two,
-so these checks catch it whatever strategy the notebook itself runs under.
+Every check that is about distribution runs the student's code on one device and on a 2-replica
+``MirroredStrategy`` over virtual CPUs (:func:`course_utils.reference.checking_strategy`) from the
+same weights and the same global batch, and compares both with a single-device reference written
+out here. Code that is right on one replica and wrong on two fails on the second run, whatever
+strategy the notebook itself runs under.
+
+The batches are **padded**: ``mask`` is 1.0 for a real example and 0.0 for a padding slot (the
+last batch of an epoch filled up to the full global batch). The single-device reference is what
+one device computes on the real examples alone: the mean cross-entropy over them plus the
+model's penalties, the accuracy over them.
+
+* ``adam_update_factor``: predict by how much Adam's first update moves when every gradient is
+  doubled (a ``tf.reduce_mean`` loss on 2 replicas); measured by :func:`adam_update_factor`.
+* ``padded_loss``: ``compute_loss(labels, logits, mask, model_losses)``, one replica's share.
+* ``padded_train_step``: ``make_train_step(model, optimizer, accuracy)`` -> ``train_step(inputs)``.
+* ``distributed_test_step``: ``make_distributed_test_step(strategy, model, loss_metric, accuracy)``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import functools
+import math
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -17,8 +30,15 @@ from .. import reference as ref
 from ..checks import exercise, expect, expect_close, passed
 from ..errors import ExerciseError, ReplicaCountError
 
-#: Penalties passed as ``model_losses`` in the compute_loss check (their sum is 0.5).
+#: Penalties passed as ``model_losses`` in the padded_loss check (their sum is 0.5).
 PENALTIES = (0.3, 0.2)
+#: Real examples in the 16 slots of the check batch: 8 + 3 on two replicas, then 6 + 0.
+REAL = 11
+REAL_ONE_SIDED = 6
+#: Learning rate of the Adam comparison (the tutorial's).
+ADAM_LEARNING_RATE = 0.001
+#: Examples of the evaluation check (padded to 48 = 3 batches of 16; the last: 8 real + 8 padding).
+EVAL_EXAMPLES = 40
 
 
 def _tf() -> Any:
@@ -27,17 +47,44 @@ def _tf() -> Any:
     return import_tensorflow()
 
 
+#: The one 2-replica strategy of this process that the checks use (see :func:`checking_strategy`).
+_CHECKING: list = []
+
+
+def _on_first_two_cpus(strategy: Any) -> bool:
+    tf = _tf()
+    if not isinstance(strategy, tf.distribute.MirroredStrategy):
+        return False
+    return [d.split("device:")[-1] for d in strategy.extended.worker_devices] == ["CPU:0", "CPU:1"]
+
+
+def checking_strategy(notebook_strategy: Optional[Any] = None) -> Any:
+    """The 2-replica ``MirroredStrategy`` over ``CPU:0`` and ``CPU:1`` that the checks compare on.
+
+    One per process: TensorFlow gives every ``MirroredStrategy`` over the same devices the same
+    collective keys, so the all-reduces of a second one collide with the first's and abort every
+    collective of the process (tensorflow/tensorflow#62790). So the checks reuse one strategy:
+    ``notebook_strategy`` when it is already such a strategy, else one made on the first call.
+    """
+    if not _CHECKING:
+        if notebook_strategy is not None and _on_first_two_cpus(notebook_strategy):
+            _CHECKING.append(notebook_strategy)
+        else:
+            try:
+                _CHECKING.append(ref.checking_strategy())
+            except ReplicaCountError as error:
+                raise ExerciseError(str(error)) from None
+    return _CHECKING[0]
+
+
 def _two_replicas() -> Any:
-    try:
-        return ref.checking_strategy()
-    except ReplicaCountError as error:
-        raise ExerciseError(str(error)) from None
+    return checking_strategy()
 
 
 def _unfinished_dependency(error: NotImplementedError, own_id: str) -> None:
     """Raise a clear hint when the placeholder that fired belongs to another exercise."""
     text = str(error)
-    for other in ("compute_loss", "train_step", "distributed_train_step"):
+    for other in ("padded_loss", "padded_train_step", "distributed_test_step"):
         if other != own_id and f"Exercise {other}:" in text:
             raise ExerciseError(
                 f"your code calls the function of exercise {other}, which is not done yet. "
@@ -55,60 +102,152 @@ def _scalar(value: Any, what: str) -> float:
     tf = _tf()
     expect(
         not isinstance(value, tf.distribute.DistributedValues),
-        f"{what} is still one value per replica (a PerReplica). Combine the replicas' losses into "
-        "one number with strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None).",
+        f"{what} is still one value per replica (a PerReplica): combine the replicas' values "
+        "into one number with strategy.reduce.",
     )
     array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-    expect(
-        array.shape == (),
-        f"{what} should be one number (shape ()), got shape {array.shape}. Sum the per-example "
-        "losses and divide by the global batch size: tf.nn.compute_average_loss does both.",
-    )
+    expect(array.shape == (), f"{what} should be one number (shape ()), got shape {array.shape}.")
     return float(array)
 
 
-# --------------------------------------------------------------------------- compute_loss
+def padded(images: np.ndarray, labels: np.ndarray, real: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first ``real`` examples, then padding (blank images, label 0, mask 0) up to the same size."""
+    images, labels = images.copy(), labels.copy()
+    images[real:] = 0.0
+    labels[real:] = 0
+    mask = (np.arange(len(labels)) < real).astype(np.float32)
+    return images, labels, mask
 
 
-def check_compute_loss(compute_loss: Callable[[Any, Any, Any, int], Any]) -> None:
-    """``compute_loss(labels, logits, model_losses, global_batch_size)``: the loss one replica
-    contributes, so that the replicas' losses summed equal the single-device loss."""
+def _distribute(strategy: Any, arrays: tuple, batch: int) -> Any:
     tf = _tf()
-    with exercise("compute_loss"):
-        _, labels = ref.check_batch(ref.CHECK_BATCH)
-        logits = np.random.default_rng(4).normal(0.0, 2.0, (len(labels), 10)).astype(np.float32)
-        cross_entropy = _cross_entropy(labels, logits.astype(np.float64))
+    dataset = tf.data.Dataset.from_tensor_slices(arrays).batch(batch)
+    return strategy.experimental_distribute_dataset(dataset)
+
+
+# --------------------------------------------------------------------------- adam_update_factor
+
+
+def _adam_step(strategy: Any, make_train_step: ref.TrainStepFactory) -> np.ndarray:
+    images, labels = ref.check_batch(ref.CHECK_BATCH)
+    result = ref.run_train_step(
+        strategy, make_train_step, ref.initial_weights(), images, labels, ADAM_LEARNING_RATE,
+        optimizer="adam", build_optimizer=True,
+    )
+    return result.update
+
+
+@functools.lru_cache(maxsize=1)
+def adam_update_factor() -> float:
+    """Adam's first update on 2 replicas with a ``tf.reduce_mean`` loss (and an unscaled
+    penalty: every gradient exactly 2x), as a multiple of the right single-device update."""
+    tf = _tf()
+    import keras
+
+    loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    def mean_loss(labels: Any, logits: Any, model_losses: Any, global_batch_size: int) -> Any:
+        return tf.reduce_mean(loss_object(labels, logits)) + tf.add_n(model_losses)
+
+    one_device = _adam_step(tf.distribute.get_strategy(), ref.tutorial_train_step)
+    doubled = _adam_step(_two_replicas(), ref.step_with_loss(mean_loss))
+    return ref.factor(doubled, one_device)
+
+
+def check_adam_update_factor(prediction: Any) -> None:
+    """``PREDICTION``: Adam's first update with doubled gradients, as a multiple of the right one."""
+    with exercise("adam_update_factor"):
+        if prediction is None or prediction is Ellipsis:
+            raise NotImplementedError
+        expect(
+            isinstance(prediction, (int, float, np.floating, np.integer)) and not isinstance(prediction, bool)
+            and math.isfinite(float(prediction)),
+            f"PREDICTION should be one number (how many times the right update), got {prediction!r}.",
+        )
+        guess = float(prediction)
+        measured = adam_update_factor()
+        if abs(guess - measured) > 0.1:
+            if abs(guess - 2.0) < 0.1:
+                why = ("the gradients are 2x, but Adam's step is its running mean of the gradient "
+                       "divided by the root of its running mean of the squared gradient, so a "
+                       "constant factor cancels")
+            elif abs(guess - 0.5) < 0.1:
+                why = ("nothing is divided by the replicas here: every gradient is 2x, and Adam "
+                       "divides the gradient's running mean by the root of its running square, so "
+                       "the factor cancels")
+            else:
+                why = ("every gradient is exactly 2x; ask what Adam does with a gradient g on its "
+                       "first step: m = (1 - beta_1) g, v = (1 - beta_2) g^2, step ~ m / sqrt(v)")
+            raise ExerciseError(
+                f"you predicted {guess:g}, the run measured {measured:.2f}: {why}. That is why a "
+                "tf.reduce_mean loss goes unnoticed under Adam, and why the checks use SGD."
+            )
+    passed(
+        "adam_update_factor",
+        f"measured {measured:.2f}: Adam's update hardly moves when every gradient doubles.",
+    )
+
+
+# --------------------------------------------------------------------------- padded_loss
+
+
+def check_padded_loss(compute_loss: Callable[[Any, Any, Any, Any], Any]) -> None:
+    """``compute_loss(labels, logits, mask, model_losses)``: summed over the replicas, the mean
+    cross-entropy over the real examples of the global batch plus the penalties once."""
+    tf = _tf()
+    with exercise("padded_loss"):
+        n = ref.CHECK_BATCH
+        labels = ref.check_batch(n)[1]
+        logits = np.random.default_rng(4).normal(0.0, 2.0, (n, 10)).astype(np.float32)
+        ce = _cross_entropy(labels, logits.astype(np.float64))
         penalties = [tf.constant(p) for p in PENALTIES]
         penalty = float(sum(PENALTIES))
-        n = len(labels)
 
-        # 1. One device, no strategy.
-        value = _scalar(compute_loss(tf.constant(labels), tf.constant(logits), penalties, n), "Your loss")
-        if abs(value - cross_entropy.mean()) < 1e-4:
+        def on_one_device(mask: np.ndarray, model_losses: list) -> float:
+            value = compute_loss(tf.constant(labels), tf.constant(logits), tf.constant(mask), model_losses)
+            return _scalar(value, "Your loss")
+
+        # 1. One device, no padding.
+        full = np.ones(n, np.float32)
+        value = on_one_device(full, penalties)
+        if abs(value - ce.mean()) < 1e-4:
             raise ExerciseError(
-                "on one device your loss is the mean cross-entropy without the penalties: add the "
-                "regularization losses, tf.nn.scale_regularization_loss(tf.add_n(model_losses)), "
-                "when model_losses is not empty."
+                "on one device your loss is the mean cross-entropy without the penalties: "
+                "model_losses must count too (once in total, over the replicas)."
             )
-        expect_close(
-            value,
-            cross_entropy.mean() + penalty,
-            "On one device, with no strategy, the loss should be the mean cross-entropy over the "
-            "batch plus the sum of model_losses. Use the per-example loss (reduction=None).",
-            rtol=1e-4,
-        )
+        expect_close(value, ce.mean() + penalty,
+                     "On one device, with no padding, the loss should be the mean cross-entropy "
+                     "over the batch plus the sum of model_losses.", rtol=1e-4)
 
-        # 2. Two replicas, each with half the batch; the per-replica losses are summed.
+        # 2. One device, 5 of 16 slots padding.
+        mask = (np.arange(n) < REAL).astype(np.float32)
+        right = float((ce * mask).sum() / mask.sum())
+        value = on_one_device(mask, penalties) - penalty
+        if abs(value - ce.mean()) < 1e-4:
+            raise ExerciseError(
+                f"on one device, with {n - REAL} of {n} slots padding, your loss is the mean over "
+                "all 16 slots: the padding examples count. Their loss must count nowhere."
+            )
+        if abs(value - (ce * mask).sum() / n) < 1e-4:
+            raise ExerciseError(
+                f"on one device, with {n - REAL} of {n} slots padding, your loss divides by all "
+                f"{n} slots ({right * REAL / n:.4f} instead of {right:.4f}): padding must not count "
+                f"in the denominator either. Divide by the {REAL} real examples."
+            )
+        expect_close(value, right,
+                     f"On one device, with {n - REAL} of {n} slots padding (mask 0), the loss "
+                     f"should be the mean cross-entropy over the {REAL} real examples.", rtol=1e-4)
+
+        # 3. Two replicas: 8 real on replica 0, 3 real + 5 padding on replica 1.
         strategy = _two_replicas()
 
-        def two_replicas(global_batch_size: int, model_losses: list) -> float:
-            dataset = tf.data.Dataset.from_tensor_slices((labels, logits)).batch(n)
-            inputs = next(iter(strategy.experimental_distribute_dataset(dataset)))
+        def on_two_replicas(mask: np.ndarray, model_losses: list) -> float:
+            inputs = next(iter(_distribute(strategy, (labels, logits, mask), n)))
 
             @tf.function
             def run(inputs: Any) -> Any:
-                def replica_fn(batch_labels: Any, batch_logits: Any) -> Any:
-                    return compute_loss(batch_labels, batch_logits, model_losses, global_batch_size)
+                def replica_fn(batch_labels: Any, batch_logits: Any, batch_mask: Any) -> Any:
+                    return compute_loss(batch_labels, batch_logits, batch_mask, model_losses)
 
                 per_replica = strategy.run(replica_fn, args=inputs)
                 return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
@@ -116,169 +255,238 @@ def check_compute_loss(compute_loss: Callable[[Any, Any, Any, int], Any]) -> Non
             return _scalar(run(inputs), "The loss of one replica")
 
         try:
-            data_part = two_replicas(n, [])
+            summed = on_two_replicas(mask, [])
         except (ExerciseError, NotImplementedError):
             raise
         except Exception as error:
             raise ExerciseError(
                 f"with model_losses=[] (a model without regularizers) your code raised "
-                f"{type(error).__name__}. Add the penalty only when there is one: "
-                "`if model_losses: loss += ...`."
+                f"{type(error).__name__}. Add the penalty only when there is one."
             ) from None
-        expect_close(
-            data_part,
-            cross_entropy.mean(),
-            "On 2 replicas (8 examples each) the replicas' losses summed should equal the "
-            "single-device mean cross-entropy, and they do not, although one device was right. "
-            "Each replica must divide the sum of its per-example losses by the GLOBAL batch size, "
-            "not average over its own examples (tf.reduce_mean): "
-            "tf.nn.compute_average_loss(per_example_loss, "
-            "global_batch_size=global_batch_size)",
-            rtol=1e-4,
-        )
-        with_penalty = two_replicas(n, penalties)
-        counted = (with_penalty - data_part) / penalty
+        own_means = float((ce * mask)[:8].sum() / mask[:8].sum() + (ce * mask)[8:].sum() / mask[8:].sum())
+        if abs(summed - own_means) < 1e-4 * own_means:
+            raise ExerciseError(
+                f"on 2 replicas (8 real examples on one, 3 on the other) the replicas' losses sum "
+                f"to {summed:.4f}, not {right:.4f}, although one device was right: each replica "
+                "divided by its OWN count of real examples. The strategy sums the replicas, so "
+                f"each must divide by the real examples of the whole global batch ({REAL}), a "
+                "number no replica sees alone: count it across the replicas."
+            )
+        if abs(summed - (ce * mask).sum() / n) < 1e-4:
+            raise ExerciseError(
+                f"on 2 replicas your summed loss divides by all {n} slots of the global batch, "
+                f"padding included: divide by the {REAL} real examples."
+            )
+        expect_close(summed, right,
+                     f"On 2 replicas (8 real examples on one, 3 real + 5 padding on the other) the "
+                     f"replicas' losses summed should equal the single-device mean over the {REAL} "
+                     "real examples, and they do not, although one device was right.", rtol=1e-4)
+
+        with_penalty = on_two_replicas(mask, penalties)
+        counted = (with_penalty - summed) / penalty
         expect(
             abs(counted - 1.0) < 1e-3,
             f"On 2 replicas the penalties count {counted:.2f} times in the summed loss instead of "
-            "once: every replica adds them, so each must add its share. Wrap them in "
-            "tf.nn.scale_regularization_loss(tf.add_n(model_losses)), which divides by the number "
-            "of replicas.",
+            "once: every replica adds them, so each must add only its share.",
         )
 
-        # 3. A short last batch: 16 examples when a full global batch has 32.
-        short = two_replicas(2 * n, penalties)
-        expect_close(
-            short,
-            cross_entropy.sum() / (2 * n) + penalty,
-            "Divide by the global_batch_size argument, not by the size of the batch at hand: "
-            "called with 16 examples and global_batch_size=32 (the short last batch of an "
-            "epoch), the loss should be the sum of the per-example losses / 32. Pass "
-            "global_batch_size=global_batch_size to tf.nn.compute_average_loss.",
-            rtol=1e-4,
+        # 4. A replica whose whole slice is padding.
+        one_sided = (np.arange(n) < REAL_ONE_SIDED).astype(np.float32)
+        value = on_two_replicas(one_sided, [])
+        expect(
+            math.isfinite(value),
+            f"On 2 replicas, when one replica's slice is all padding (6 real examples, all on "
+            f"replica 0), your summed loss is {value}: that replica divided 0 by 0. A replica with "
+            "no real example must contribute 0 (tf.math.divide_no_nan, or a denominator that "
+            "counts the whole global batch).",
         )
-    passed("compute_loss", "on 2 replicas the summed loss equals the single-device loss, penalties counted once.")
+        expect_close(value, (ce * one_sided).sum() / REAL_ONE_SIDED,
+                     "On 2 replicas, with 6 real examples all on replica 0, the summed loss should "
+                     "be their mean cross-entropy.", rtol=1e-4)
+    passed("padded_loss", "on 2 replicas the summed loss is the single-device mean over the real "
+                          "examples, padding ignored, penalties counted once.")
 
 
-# --------------------------------------------------------------------------- train_step
+# --------------------------------------------------------------------------- padded_train_step
 
 
-def _run_own_step(strategy: Any, make_train_step: Any, weights: Any, images: Any, labels: Any) -> ref.StepResult:
-    try:
-        return ref.run_train_step(strategy, make_train_step, weights, images, labels)
-    except NotImplementedError as error:
-        _unfinished_dependency(error, "train_step")
-        raise
+def padded_reference(
+    weights: list, images: np.ndarray, labels: np.ndarray, mask: np.ndarray,
+    learning_rate: float = ref.CHECK_LEARNING_RATE,
+) -> ref.StepResult:
+    """One SGD step on one device on the real examples only (the padding left out)."""
+    real = mask > 0
+    result = ref.reference_step(weights, images[real], labels[real], learning_rate)
+    return result
 
 
-def _diagnose_update(result: ref.StepResult, reference: ref.StepResult, where: str) -> None:
-    if np.allclose(result.update, 0.0):
-        raise ExerciseError(
-            f"{where} the weights did not change. Compute the gradients of the loss with the "
-            "tape and apply them: optimizer.apply_gradients(zip(gradients, "
-            "model.trainable_variables))."
-        )
-    if ref.same(result.update, reference.update):
-        return
-    f = ref.factor(result.update, reference.update)
-    if where.startswith("On 2") and abs(f - 2.0) < 0.05:
-        raise ExerciseError(
-            f"{where} every weight moved {f:.2f}x as far as on a single device, although one "
-            "replica was right. The loss a replica returns must be its per-example losses summed "
-            "and divided by the GLOBAL batch size (compute_loss with global_batch_size), not "
-            "tf.reduce_mean over its own examples: the strategy sums the replicas' gradients."
-        )
-    raise ExerciseError(
-        f"{where} the update of the weights differs from the single-device reference (it is "
-        f"{f:.2f}x the reference). Compute the loss with compute_loss(labels, logits, "
-        "model.losses, global_batch_size) inside the GradientTape, with training=True, and apply "
-        "the gradients of exactly that loss once."
+def run_padded_step(strategy: Any, make_train_step: Callable[[Any, Any, Any], Any], weights: list,
+                    images: np.ndarray, labels: np.ndarray, mask: np.ndarray) -> ref.StepResult:
+    """One step of ``make_train_step(model, optimizer, accuracy)`` under ``strategy`` (SGD)."""
+    tf = _tf()
+    model, optimizer, accuracy = ref.build_for_step(strategy, weights, ref.CHECK_LEARNING_RATE)
+    train_step = make_train_step(model, optimizer, accuracy)
+
+    @tf.function
+    def distributed_train_step(inputs: Any) -> Any:
+        per_replica = strategy.run(train_step, args=(inputs,))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    before = ref.flat(model.trainable_variables)
+    inputs = next(iter(_distribute(strategy, (images, labels, mask), len(labels))))
+    loss = _scalar(distributed_train_step(inputs), "The loss your step returns (summed over the replicas)")
+    return ref.StepResult(
+        replicas=int(strategy.num_replicas_in_sync),
+        loss=loss,
+        update=ref.flat(model.trainable_variables) - before,
+        accuracy=float(accuracy.result()),
     )
 
 
-def check_train_step(make_train_step: ref.TrainStepFactory) -> None:
-    """``make_train_step(model, optimizer, accuracy, global_batch_size)`` returns ``train_step(inputs)``:
-    its update on 1 device and on 2 replicas must equal the single-device reference."""
+def check_padded_train_step(make_train_step: Callable[[Any, Any, Any], Any]) -> None:
+    """``make_train_step(model, optimizer, accuracy)`` returns ``train_step((images, labels, mask))``:
+    on 1 device and on 2 replicas, the update, loss and accuracy of one device on the real examples."""
     tf = _tf()
-    with exercise("train_step"):
-        images, labels = ref.check_batch(ref.CHECK_BATCH)
+    with exercise("padded_train_step"):
         weights = ref.initial_weights()
-        reference = ref.reference_step(weights, images, labels)
+        images, labels, mask = padded(*ref.check_batch(ref.CHECK_BATCH), REAL)
+        reference = padded_reference(weights, images, labels, mask)
+        all_slots = ref.reference_step(weights, images, labels)
 
         for strategy, where in (
             (tf.distribute.get_strategy(), "On one device,"),
             (_two_replicas(), "On 2 replicas,"),
         ):
-            result = _run_own_step(strategy, make_train_step, weights, images, labels)
-            _diagnose_update(result, reference, where)
-            expect_close(
-                result.loss,
-                reference.loss,
-                f"{where} the loss your step returns (summed over the replicas) should be the "
-                "single-device loss: mean cross-entropy plus the penalties. Return the loss that "
-                "compute_loss gave you.",
-                rtol=1e-4,
-            )
+            try:
+                result = run_padded_step(strategy, make_train_step, weights, images, labels, mask)
+            except NotImplementedError as error:
+                _unfinished_dependency(error, "padded_train_step")
+                raise
+            if np.allclose(result.update, 0.0):
+                raise ExerciseError(f"{where} the weights did not change: apply the gradients of the loss.")
+            if not ref.same(result.update, reference.update):
+                f = ref.factor(result.update, reference.update)
+                raise ExerciseError(
+                    f"{where} the update is {f:.2f}x the single-device update on the {REAL} real "
+                    "examples, and not parallel to it. Take the gradient of your compute_loss "
+                    "(inputs carry the mask) inside the GradientTape, with training=True, and "
+                    "apply it once. If padded_loss passed, check that the mask reaches it."
+                )
+            expect_close(result.loss, reference.loss,
+                         f"{where} the loss your step returns (summed over the replicas) should be "
+                         "the single-device loss on the real examples: return what compute_loss "
+                         "gave you.", rtol=1e-4)
+            if result.accuracy is not None and abs(result.accuracy - all_slots.accuracy) < 1e-6 \
+                    and abs(all_slots.accuracy - reference.accuracy) > 1e-6:
+                raise ExerciseError(
+                    f"{where} the accuracy reads {result.accuracy:.4f}: it counted the "
+                    f"{ref.CHECK_BATCH - REAL} padding examples as if they were real (expected "
+                    f"{reference.accuracy:.4f}, over the {REAL} real ones). A metric takes the "
+                    "mask too."
+                )
             expect(
                 result.accuracy is not None and abs(result.accuracy - reference.accuracy) < 1e-6,
                 f"{where} the accuracy metric reads {result.accuracy:.4f} after the step, expected "
-                f"{reference.accuracy:.4f}: update it once per step with "
-                "accuracy.update_state(labels, logits).",
+                f"{reference.accuracy:.4f} (the {REAL} real examples): update it once per step, "
+                "inside train_step.",
             )
-    passed("train_step", "1 device and 2 replicas both apply the single-device update.")
+    passed("padded_train_step", "1 device and 2 replicas both apply the single-device update "
+                                "of the real examples and count only them.")
 
 
-# --------------------------------------------------------------------------- distributed_train_step
+# --------------------------------------------------------------------------- distributed_test_step
 
 
-def check_distributed_train_step(make_distributed_train_step: Callable[[Any, Any], Any]) -> None:
-    """``make_distributed_train_step(strategy, train_step)`` returns a ``tf.function`` that runs
-    ``train_step`` on every replica and returns the global loss: checked on 1 and 2 replicas."""
+def eval_data(examples: int = EVAL_EXAMPLES, batch: int = ref.CHECK_BATCH) -> tuple:
+    """``examples`` check images padded to whole batches of ``batch``: (images, labels, mask)."""
+    images, labels = ref.check_batch(examples, seed=1)
+    slots = -(-examples // batch) * batch
+    images = np.concatenate([images, np.zeros((slots - examples,) + images.shape[1:], images.dtype)])
+    labels = np.concatenate([labels, np.zeros(slots - examples, labels.dtype)])
+    mask = (np.arange(slots) < examples).astype(np.float32)
+    return images, labels, mask
+
+
+def evaluate_with(strategy: Any, make_distributed_test_step: Callable[..., Any], weights: list,
+                  data: tuple, batch: int = ref.CHECK_BATCH) -> tuple[float, float]:
+    """(loss, accuracy) of the student's distributed test step over ``data`` under ``strategy``."""
+    import keras
+
+    with strategy.scope():
+        model = ref.check_model()
+        model.set_weights(list(weights))
+        loss_metric = keras.metrics.Mean(name="test_loss")
+        accuracy = keras.metrics.SparseCategoricalAccuracy(name="test_accuracy")
+    step = make_distributed_test_step(strategy, model, loss_metric, accuracy)
+    expect(callable(step), f"make_distributed_test_step should return a function, got {type(step).__name__}.")
+    for inputs in _distribute(strategy, data, batch):
+        step(inputs)
+    return float(loss_metric.result()), float(accuracy.result())
+
+
+def _eval_reference(weights: list, images: np.ndarray, labels: np.ndarray, mask: np.ndarray) -> tuple[float, float]:
+    model = ref.check_model()
+    model.set_weights(list(weights))
+    logits = np.asarray(model(images, training=False), np.float64)
+    ce = _cross_entropy(labels, logits)
+    correct = (logits.argmax(axis=1) == labels).astype(np.float64)
+    real = mask > 0
+    return float(ce[real].mean()), float(correct[real].mean())
+
+
+def check_distributed_test_step(make_distributed_test_step: Callable[..., Any]) -> None:
+    """``make_distributed_test_step(strategy, model, loss_metric, accuracy)`` returns a step that,
+    over a padded test set, leaves in the metrics what one device measures on the real examples."""
     tf = _tf()
-    with exercise("distributed_train_step"):
-        images, labels = ref.check_batch(ref.CHECK_BATCH)
-        weights = ref.initial_weights()
-        reference = ref.reference_step(weights, images, labels)
+    with exercise("distributed_test_step"):
+        weights = ref.initial_weights(seed=3)
+        images, labels, mask = eval_data()
+        right = _eval_reference(weights, images, labels, mask)
+        unmasked = _eval_reference(weights, images, labels, np.ones_like(mask))
 
         for strategy, where in (
             (tf.distribute.get_strategy(), "On one device,"),
             (_two_replicas(), "On 2 replicas,"),
         ):
-            model, optimizer, accuracy = ref.build_for_step(strategy, weights, ref.CHECK_LEARNING_RATE)
-            train_step = ref.tutorial_train_step(model, optimizer, accuracy, len(labels))
-            step = make_distributed_train_step(strategy, train_step)
-            expect(
-                callable(step),
-                "make_distributed_train_step should return a function (the distributed step), "
-                f"got {type(step).__name__}.",
-            )
-            expect(
-                isinstance(step, tf.types.experimental.PolymorphicFunction),
-                "Decorate the distributed step with @tf.function: the replicas then run as one "
-                "graph, and a step does not go back to Python.",
-            )
-            before = ref.flat(model.trainable_variables)
-            loss = _scalar(step(ref.distribute_batch(strategy, images, labels)), "The value your step returns")
-            update = ref.flat(model.trainable_variables) - before
-            if where.startswith("On 2") and abs(loss / reference.loss - 0.5) < 0.01:
+            try:
+                loss, accuracy = evaluate_with(strategy, make_distributed_test_step, weights,
+                                               (images, labels, mask))
+            except (ExerciseError, NotImplementedError):
+                raise
+            except Exception as error:
+                if "replica context" in str(error) or "PerReplica" in str(error):
+                    raise ExerciseError(
+                        f"{where} your step used a per-replica value (the replicas' labels or "
+                        "logits) outside strategy.run, and TensorFlow refused it. Update the "
+                        "metrics inside the function that strategy.run runs on each replica: "
+                        "each replica then adds its own examples to its own accumulators."
+                    ) from None
+                raise
+            if abs(unmasked[0] - right[0]) > 1e-4 and abs(loss - unmasked[0]) < 1e-4 * unmasked[0]:
                 raise ExerciseError(
-                    f"{where} your step returns {loss:.4f}, half the single-device loss "
-                    f"{reference.loss:.4f}, although one replica was right. Each replica's loss is "
-                    "already divided by the global batch size, so the global loss is their SUM: "
-                    "strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None), "
-                    "not ReduceOp.MEAN or tf.reduce_mean of the replicas' losses."
+                    f"{where} the metrics read loss {loss:.4f} and accuracy {accuracy:.4f}, those of "
+                    f"all {len(mask)} slots: the {int(len(mask) - mask.sum())} padding examples "
+                    f"were counted (expected {right[0]:.4f} and {right[1]:.4f}). Pass the mask to "
+                    "the metrics."
                 )
-            expect_close(
-                loss,
-                reference.loss,
-                f"{where} the step should return the single-device loss: run train_step on every "
-                "replica with strategy.run(train_step, args=(dataset_inputs,)) and reduce the "
-                "per-replica losses with ReduceOp.SUM.",
-                rtol=1e-4,
-            )
-            expect(
-                ref.same(update, reference.update),
-                f"{where} the weights moved {ref.factor(update, reference.update):.2f}x as far as "
-                "one single-device step: call strategy.run(train_step, ...) exactly once per step.",
-            )
-    passed("distributed_train_step", "1 device and 2 replicas both return the single-device loss and apply one update.")
+            if abs(accuracy - right[1]) > 1e-6 or abs(loss - right[0]) > 1e-4 * right[0]:
+                ratio = loss / right[0]
+                hint = (
+                    f"{where} the metrics read loss {loss:.4f} and accuracy {accuracy:.4f}, one "
+                    f"device measures {right[0]:.4f} and {right[1]:.4f} on the {EVAL_EXAMPLES} "
+                    "real examples."
+                )
+                if abs(ratio - 1.0) > 0.05 and abs(accuracy - right[1]) < 1e-6:
+                    hint += (
+                        f" The loss is {ratio:.2f}x: feed the loss metric the per-example losses "
+                        "(with the mask), not a loss already divided for the replicas."
+                    )
+                elif where.startswith("On 2"):
+                    hint += (
+                        " One device was right, so some replicas' examples were lost or counted "
+                        "twice: update the metrics inside strategy.run, from every replica's own "
+                        "labels and logits."
+                    )
+                raise ExerciseError(hint)
+    passed("distributed_test_step", "on 1 device and on 2 replicas the metrics equal one device's "
+                                    "on the real examples.")
