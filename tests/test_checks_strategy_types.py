@@ -72,7 +72,7 @@ def test_choose_strategy_not_done_yet():
 # --------------------------------------------------------------------------- make_strategy
 
 
-def make_strategy(kind, devices, *, mirrored_ops="r1", parameter_device=None, refuse=True):
+def make_strategy(kind, devices, *, mirrored_ops=None, parameter_device=None, refuse=True):
     if kind == "default":
         return tf.distribute.get_strategy()
     if kind == "one_device":
@@ -96,10 +96,11 @@ def test_make_strategy_passes_the_reference(capsys):
     assert "[pass] make_strategy" in capsys.readouterr().out
 
 
-def test_make_strategy_with_default_cross_device_ops():
-    with pytest.raises(ExerciseError, match="ReductionToOneDevice") as info:
-        ex.check_make_strategy(lambda k, d: make_strategy(k, d, mirrored_ops=None), CPUS)
-    assert "CollectiveAllReduce" in str(info.value)
+def test_make_strategy_with_reduction_to_one_device_passes_too(capsys):
+    # TensorFlow's own cross-device ops (the reference) and ReductionToOneDevice both give a
+    # MirroredStrategy with a copy per device: the check accepts either.
+    ex.check_make_strategy(lambda k, d: make_strategy(k, d, mirrored_ops="r1"), CPUS)
+    assert "[pass] make_strategy" in capsys.readouterr().out
 
 
 def test_make_strategy_with_variables_on_the_wrong_device():
@@ -184,3 +185,38 @@ def test_global_mean_that_is_right_on_one_replica_only():
 
     with pytest.raises(ExerciseError, match="On 2 replicas"):
         ex.check_global_mean(wrong)
+
+
+# --------------------------------------------------------------------------- reduce_prediction
+# The check runs the reductions on 2 replicas (the session's two virtual CPUs) next to one device.
+
+
+def test_reduce_prediction_passes_the_right_numbers(capsys):
+    ex.check_reduce_prediction({"SUM": 2.0, "MEAN": 1.0})
+    out = capsys.readouterr().out
+    assert "[pass] reduce_prediction: on 2 replicas (1.5 and 0.5) SUM = 2.0, one device's loss (2.0)" in out
+
+
+def test_reduce_prediction_mean_as_the_global_loss():
+    with pytest.raises(ExerciseError, match="MEAN averages the 2 replicas' values \\(1.5 and 0.5\\): 1.0"):
+        ex.check_reduce_prediction({"SUM": 2.0, "MEAN": 2.0})
+
+
+def test_reduce_prediction_local_means():
+    with pytest.raises(ExerciseError, match="divided by its OWN number of losses"):
+        ex.check_reduce_prediction({"SUM": 4.0, "MEAN": 2.0})
+
+
+def test_reduce_prediction_forgetting_the_division():
+    with pytest.raises(ExerciseError, match="You predicted SUM = 8; on 2 replicas the run gave 2.0"):
+        ex.check_reduce_prediction({"SUM": 8.0, "MEAN": 4.0})
+
+
+def test_reduce_prediction_not_done_yet():
+    with pytest.raises(ExerciseError, match="not done yet"):
+        ex.check_reduce_prediction({"SUM": None, "MEAN": None})
+
+
+def test_reduce_prediction_not_a_dict():
+    with pytest.raises(ExerciseError, match="dict with two numbers"):
+        ex.check_reduce_prediction(2.0)

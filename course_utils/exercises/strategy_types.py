@@ -177,3 +177,75 @@ def check_global_mean(global_mean: Callable[[Any, Any], float]) -> None:
                     f"On {n} replicas holding {lengths} numbers, the mean of all numbers is {want:g}",
                 )
     passed("global_mean", "matches NumPy on one replica and on several with uneven lengths.")
+
+
+#: The per-example losses each of the 2 replicas holds in ``reduce_prediction``, and the global batch.
+REDUCE_SHARDS: tuple[tuple[float, ...], ...] = ((1.0, 2.0, 3.0), (2.0,))
+REDUCE_GLOBAL_BATCH = 4
+
+
+def reduce_outcomes() -> dict[str, float]:
+    """Run ``reduce_prediction`` on 2 replicas: each replica's ``compute_average_loss`` of its
+    losses, then ``strategy.reduce`` with SUM and with MEAN; and the loss of one device."""
+    import tensorflow as tf
+
+    strategy = mirrored_cpus(2, needed_by="This check")
+    losses = strategy.experimental_distribute_values_from_function(
+        lambda context: tf.constant(REDUCE_SHARDS[context.replica_id_in_sync_group])
+    )
+
+    def replica_loss(per_example: Any) -> Any:
+        return tf.nn.compute_average_loss(per_example, global_batch_size=REDUCE_GLOBAL_BATCH)
+
+    per_replica = strategy.run(replica_loss, args=(losses,))
+    everything = tf.constant([v for shard in REDUCE_SHARDS for v in shard])
+    return {
+        "SUM": float(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)),
+        "MEAN": float(strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)),
+        "replicas": [float(v) for v in strategy.experimental_local_results(per_replica)],
+        "one device": float(tf.nn.compute_average_loss(everything, global_batch_size=REDUCE_GLOBAL_BATCH)),
+    }
+
+
+def check_reduce_prediction(prediction: Any) -> None:
+    """``PREDICTION = {"SUM": ..., "MEAN": ...}``: what ``strategy.reduce`` returns on 2 replicas."""
+    with exercise("reduce_prediction"):
+        expect(
+            isinstance(prediction, dict) and set(prediction) == {"SUM", "MEAN"},
+            f"Set PREDICTION to a dict with two numbers, {{'SUM': ..., 'MEAN': ...}} (got {prediction!r}).",
+        )
+        if any(v is None or v is Ellipsis for v in prediction.values()):
+            raise NotImplementedError
+        for key, value in prediction.items():
+            expect(
+                isinstance(value, (int, float)) and value == value,
+                f"PREDICTION[{key!r}] should be a number (got {value!r}).",
+            )
+        ran = reduce_outcomes()
+        shares = " and ".join(f"{v:.1f}" for v in ran["replicas"])
+        local = [sum(s) / len(s) for s in REDUCE_SHARDS]
+        if abs(prediction["SUM"] - sum(local)) < 1e-6 and abs(sum(local) - ran["SUM"]) > 1e-6:
+            expect(
+                False,
+                f"You predicted SUM = {prediction['SUM']:g}, as if each replica divided by its OWN number "
+                f"of losses; compute_average_loss divides by global_batch_size={REDUCE_GLOBAL_BATCH}, so "
+                f"the replicas hold {shares}, and the run gave SUM = {ran['SUM']:.1f}.",
+            )
+        expect(
+            abs(prediction["MEAN"] - ran["one device"]) > 1e-6 or abs(ran["MEAN"] - ran["one device"]) < 1e-6,
+            f"You predicted MEAN = {prediction['MEAN']:g}, one device's loss; but MEAN averages the 2 "
+            f"replicas' values ({shares}): {ran['MEAN']:.1f}. Each replica already holds its share of the "
+            "global loss, so it is the SUM that equals one device.",
+        )
+        for key in ("SUM", "MEAN"):
+            expect(
+                abs(prediction[key] - ran[key]) < 1e-6,
+                f"You predicted {key} = {prediction[key]:g}; on 2 replicas the run gave {ran[key]:.1f}. Each "
+                f"replica computed (sum of its losses) / {REDUCE_GLOBAL_BATCH}: {shares}; SUM adds them, "
+                "MEAN divides that by the 2 replicas.",
+            )
+    passed(
+        "reduce_prediction",
+        f"on 2 replicas ({shares}) SUM = {ran['SUM']:.1f}, one device's loss ({ran['one device']:.1f}); "
+        f"MEAN = {ran['MEAN']:.1f}, half of it.",
+    )
