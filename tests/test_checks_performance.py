@@ -19,11 +19,10 @@ def _pipelined(input_rate: float, compute_rate: float, prefetch: bool) -> float:
 
 def test_reference_answers_pass(capsys: pytest.CaptureFixture[str]) -> None:
     ex.check_median_throughput(lambda s, n, w: bench.median_throughput(s, n, w))
-    ex.check_scaling_efficiency(bench.scaling_efficiency)
-    ex.check_conv2d_flops(bench.conv2d_flops)
     ex.check_pipelined_throughput(_pipelined)
+    ex.check_speedup_bound(ex.reference_speedup_bound)
     out = capsys.readouterr().out
-    for name in ("median_throughput", "scaling_efficiency", "conv2d_flops", "pipelined_throughput"):
+    for name in ("median_throughput", "pipelined_throughput", "speedup_bound"):
         assert f"[pass] {name}: " in out
 
 
@@ -56,38 +55,6 @@ def test_unfinished_placeholder_is_named() -> None:
 @pytest.mark.parametrize(
     ("answer", "hint"),
     [
-        (lambda t, t1, n: t / t1, "speed-up"),
-        (lambda t, t1, n: 100 * t / (n * t1), "not a percentage"),
-        (lambda t, t1, n: n * t1 / t, "upside down"),
-        (lambda t, t1, n: t / (t1 + n), "expected 0.9"),
-    ],
-    ids=["speed-up", "percent", "inverted", "other"],
-)
-def test_scaling_efficiency_mistakes(answer, hint: str) -> None:
-    with pytest.raises(ExerciseError, match="Exercise scaling_efficiency") as error:
-        ex.check_scaling_efficiency(answer)
-    assert hint in str(error.value)
-
-
-@pytest.mark.parametrize(
-    ("answer", "hint"),
-    [
-        (lambda h, w, c, f, k: (h - k + 1) * (w - k + 1) * f * k * k * c, "multiply by 2"),
-        (lambda h, w, c, f, k: 2 * h * w * f * k * k * c, "used the input size"),
-        (lambda h, w, c, f, k: 2 * (h - k + 1) * (w - k + 1) * f * k * k, "input channels"),
-        (lambda h, w, c, f, k: 2 * (h - k) * (w - k) * f * k * k * c, "should be 4,460,544"),
-    ],
-    ids=["multiply-adds", "input size", "no channels", "off by one"],
-)
-def test_conv2d_flops_mistakes(answer, hint: str) -> None:
-    with pytest.raises(ExerciseError, match="Exercise conv2d_flops") as error:
-        ex.check_conv2d_flops(answer)
-    assert hint in str(error.value)
-
-
-@pytest.mark.parametrize(
-    ("answer", "hint"),
-    [
         (lambda i, c, p: 1 / (1 / i + 1 / c), "overlap"),
         (lambda i, c, p: max(i, c) if p else 1 / (1 / i + 1 / c), "not the step"),
         (lambda i, c, p: min(i, c), "add up"),
@@ -109,3 +76,56 @@ def test_reference_conv_flops_match_the_model_count() -> None:
     assert convs == [bench.conv2d_flops(28, 28, 1, 32, 3), bench.conv2d_flops(13, 13, 32, 64, 3)]
     assert counted.forward == 5_056_000
     assert counted.training == 3 * counted.forward
+
+
+RIGHT_BATCHES = {"weak": {"global_batch": 64, "per_replica": 32, "steps": 93},
+                 "strong": {"global_batch": 32, "per_replica": 16, "steps": 187}}
+
+
+def test_scaling_batches(two_replicas, capsys: pytest.CaptureFixture[str]) -> None:
+    ex.check_scaling_batches(RIGHT_BATCHES)
+    out = capsys.readouterr().out
+    assert "weak   x 2 : global batch 64, 32 per replica, 93 steps" in out
+    assert "[pass] scaling_batches" in out
+
+
+@pytest.mark.parametrize(
+    ("kind", "wrong", "hint"),
+    [
+        ("weak", {"global_batch": 32, "per_replica": 32, "steps": 187}, "keeps the per-replica batch"),
+        ("strong", {"global_batch": 32, "per_replica": 32, "steps": 187}, "keeps the global batch"),
+        ("weak", {"global_batch": 64, "per_replica": 32, "steps": 187}, "one-device epoch"),
+        ("strong", {"global_batch": 32, "per_replica": 16, "steps": 93}, "steps = 93"),
+        ("strong", {"global_batch": 64, "per_replica": 16, "steps": 187}, "global_batch = 64"),
+    ],
+    ids=["weak keeps the global batch", "strong keeps the per-replica batch", "weak steps of one device",
+         "strong steps halved", "strong global doubled"],
+)
+def test_scaling_batches_mistakes(two_replicas, kind, wrong, hint: str) -> None:
+    prediction = {k: dict(v) for k, v in RIGHT_BATCHES.items()}
+    prediction[kind] = wrong
+    with pytest.raises(ExerciseError, match="Exercise scaling_batches") as error:
+        ex.check_scaling_batches(prediction)
+    assert hint in str(error.value)
+
+
+def test_scaling_batches_needs_the_shape() -> None:
+    with pytest.raises(ExerciseError, match="Set PREDICTION"):
+        ex.check_scaling_batches(None)
+
+
+@pytest.mark.parametrize(
+    ("answer", "hint"),
+    [
+        (lambda c, o, n: float(n), "ignores the overhead"),
+        (lambda c, o, n: c / (c / n + o), "also pays the overhead"),
+        (lambda c, o, n: (c / n + o) / (c + o), "upside down"),
+        (lambda c, o, n: (c + o) / (c / n + o / n), "ignores the overhead"),
+        (lambda c, o, n: (c + o) / (c / n + n * o), "= 2.5, got 1"),
+    ],
+    ids=["ideal", "no overhead on one device", "inverted", "overhead divided too", "overhead grows"],
+)
+def test_speedup_bound_mistakes(answer, hint: str) -> None:
+    with pytest.raises(ExerciseError, match="Exercise speedup_bound") as error:
+        ex.check_speedup_bound(answer)
+    assert hint in str(error.value)

@@ -62,49 +62,6 @@ def check_median_throughput(median_throughput: Callable[[list[float], int, int],
     passed("median_throughput", "warm-up left out, the median run, in examples per second.")
 
 
-def check_scaling_efficiency(scaling_efficiency: Callable[[float, float, int], float]) -> None:
-    """``scaling_efficiency(throughput, single_replica_throughput, replicas)`` in [0, 1] when
-    scaling is sub-linear: 14,400 examples/s on 8 GPUs against 2,000 on one is 0.9."""
-    with exercise("scaling_efficiency"):
-        got = _number(scaling_efficiency(14_400.0, 2_000.0, 8), "scaling_efficiency")
-        expect(not _close(got, 7.2), "7.2 is the speed-up (throughput / single-replica "
-               "throughput). Efficiency divides the speed-up by the number of replicas.")
-        expect(not _close(got, 90.0), "Return a fraction (0.9), not a percentage.")
-        expect(not _close(got, 1 / 0.9), "Your ratio is upside down: efficiency is the throughput "
-               "you measured over the ideal one, replicas x single-replica throughput.")
-        expect(_close(got, 0.9), f"14,400 examples/s on 8 replicas against 2,000 on one: expected "
-               f"0.9 (14,400 / (8 x 2,000)), got {got:.4g}.")
-        for args, want in [((3_000.0, 3_000.0, 2), 0.5), ((1_000.0, 1_000.0, 1), 1.0), ((900.0, 600.0, 4), 0.375)]:
-            got = _number(scaling_efficiency(*args), "scaling_efficiency")
-            expect(_close(got, want), f"scaling_efficiency{args} should be {want}, got {got:.4g}.")
-    passed("scaling_efficiency", "measured throughput over replicas x single-replica throughput.")
-
-
-def check_conv2d_flops(conv2d_flops: Callable[[int, int, int, int, int], int]) -> None:
-    """``conv2d_flops(height, width, in_channels, filters, kernel)``: forward FLOPs of a 'valid',
-    stride-1 convolution on one example (a multiply and an add per weight per output value)."""
-    from ..bench import conv2d_flops as reference
-
-    with exercise("conv2d_flops"):
-        # The second convolution of the course's CNN: 13x13x32 in, 64 filters of 3x3.
-        got = _number(conv2d_flops(13, 13, 32, 64, 3), "conv2d_flops")
-        want = reference(13, 13, 32, 64, 3)
-        expect(not _close(got, want / 2), "That is the number of multiply-adds; each is two "
-               "floating-point operations (a multiply and an add): multiply by 2.")
-        expect(not _close(got, 2 * 13 * 13 * 64 * 9 * 32) and not _close(got, 13 * 13 * 64 * 9 * 32),
-               "You used the input size: a 'valid' 3x3 convolution of a 13x13 image has 11x11 "
-               "outputs (height - kernel + 1).")
-        expect(not _close(got, 2 * 11 * 11 * 64 * 9), "Each output value is a dot product over "
-               "kernel x kernel x in_channels inputs: you left out the input channels.")
-        expect(_close(got, want), f"conv2d_flops(13, 13, 32, 64, 3) should be {want:,} "
-               f"(2 x 11 x 11 x 64 x 3 x 3 x 32), got {got:,.0f}.")
-        for args in [(28, 28, 1, 32, 3), (32, 32, 3, 16, 5), (7, 7, 8, 8, 1)]:
-            got = _number(conv2d_flops(*args), "conv2d_flops")
-            expect(_close(got, reference(*args)), f"conv2d_flops{args} should be "
-                   f"{reference(*args):,}, got {got:,.0f}.")
-    passed("conv2d_flops", "2 x outputs x (kernel x kernel x in_channels) for the course's CNN and others.")
-
-
 def check_pipelined_throughput(pipelined_throughput: Callable[[float, float, bool], float]) -> None:
     """``pipelined_throughput(input_rate, compute_rate, prefetch)``: examples/s of training when
     the input alone delivers ``input_rate`` and the step alone consumes ``compute_rate``."""
@@ -125,3 +82,96 @@ def check_pipelined_throughput(pipelined_throughput: Callable[[float, float, boo
             got = _number(pipelined_throughput(*args), "pipelined_throughput")
             expect(_close(got, want), f"pipelined_throughput{args} should be {want:,.1f}, got {got:,.1f}.")
     passed("pipelined_throughput", "the slower side sets the pace with prefetch; times add up without.")
+
+
+#: The epoch of exercise ``scaling_batches``: 6,000 examples, 32 per step on one device.
+EPOCH_EXAMPLES = 6_000
+ONE_DEVICE_BATCH = 32
+SCALING_KEYS = ("global_batch", "per_replica", "steps")
+
+
+def measure_batches(strategy: Any, global_batch: int, examples: int = EPOCH_EXAMPLES) -> dict[str, int]:
+    """Distribute one epoch of ``examples`` in global batches (last partial batch dropped) over
+    ``strategy`` and count: the global batch, the examples one replica gets, the steps."""
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.range(examples).batch(global_batch, drop_remainder=True)
+    steps, per_replica = 0, None
+    for batch in strategy.experimental_distribute_dataset(dataset):
+        if per_replica is None:
+            per_replica = int(strategy.experimental_local_results(batch)[0].shape[0])
+        steps += 1
+    return {"global_batch": global_batch, "per_replica": int(per_replica or 0), "steps": steps}
+
+
+def check_scaling_batches(prediction: Any) -> None:
+    """``prediction``: ``{"weak": {...}, "strong": {...}}``, each with ``global_batch``,
+    ``per_replica`` and ``steps`` for one epoch of 6,000 examples on 2 replicas, where one device
+    trains with batches of 32. Checked against a real distributed dataset on 2 replicas."""
+    import tensorflow as tf
+
+    from ..strategies import mirrored_cpus
+
+    with exercise("scaling_batches"):
+        expect(
+            isinstance(prediction, dict) and set(prediction) == {"weak", "strong"}
+            and all(isinstance(prediction[k], dict) and set(prediction[k]) == set(SCALING_KEYS) for k in prediction),
+            'Set PREDICTION to {"weak": {"global_batch": ..., "per_replica": ..., "steps": ...}, '
+            f'"strong": {{...the same keys...}}}}, got {prediction!r}.',
+        )
+        one = measure_batches(tf.distribute.OneDeviceStrategy("/cpu:0"), ONE_DEVICE_BATCH)
+        two = mirrored_cpus(2, needed_by="The check of scaling_batches")
+        real = {
+            "weak": measure_batches(two, ONE_DEVICE_BATCH * 2),  # 32 per replica, as on one device
+            "strong": measure_batches(two, ONE_DEVICE_BATCH),  # the one-device global batch, split
+        }
+        print(f"one device : global batch {one['global_batch']}, {one['per_replica']} per replica, {one['steps']} steps")
+        for kind in ("weak", "strong"):
+            r = real[kind]
+            print(f"{kind:<6} x 2 : global batch {r['global_batch']}, {r['per_replica']} per replica, {r['steps']} steps")
+        weak, strong = prediction["weak"], prediction["strong"]
+        expect(
+            weak["global_batch"] != ONE_DEVICE_BATCH,
+            "weak: the global batch is not 32. Weak scaling keeps the per-replica batch (32): 2 "
+            "replicas take 2 x 32 examples per step.",
+        )
+        expect(
+            strong["per_replica"] != ONE_DEVICE_BATCH,
+            "strong: each replica does not get 32. Strong scaling keeps the global batch (32) and "
+            "splits it: each of 2 replicas gets half.",
+        )
+        for kind in ("weak", "strong"):
+            for key in SCALING_KEYS:
+                got, want = prediction[kind][key], real[kind][key]
+                if key == "steps" and got == one["steps"] and want != got:
+                    expect(False, f"{kind}: {got} steps is the one-device epoch. A step now takes a "
+                           f"global batch of {real[kind]['global_batch']}: {EPOCH_EXAMPLES:,} // "
+                           f"{real[kind]['global_batch']} steps.")
+                expect(got == want, f"{kind}: {key} = {got!r}, measured on 2 replicas: {want}.")
+    passed("scaling_batches", "weak scaling doubles the global batch and halves the steps; strong splits it.")
+
+
+def reference_speedup_bound(compute_ms: float, overhead_ms: float, replicas: int) -> float:
+    """Strong scaling on ``replicas`` devices: the compute of a step is divided, the overhead is not."""
+    return (compute_ms + overhead_ms) / (compute_ms / replicas + overhead_ms)
+
+
+def check_speedup_bound(speedup_bound: Callable[[float, float, int], float]) -> None:
+    """``speedup_bound(compute_ms, overhead_ms, replicas)``: the best strong-scaling speed-up."""
+    with exercise("speedup_bound"):
+        got = _number(speedup_bound(8.0, 2.0, 4), "speedup_bound")
+        expect(not _close(got, 4.0), "4.0 is the ideal: it ignores the overhead. Only the compute is "
+               "divided among the replicas; the 2 ms of overhead stay in every step.")
+        expect(not _close(got, 8.0 / (2.0 + 2.0)), "On one device the step also pays the overhead: "
+               "(compute + overhead) / (compute / n + overhead).")
+        expect(not _close(got, 0.4), "Your ratio is upside down: the speed-up is the one-device step "
+               "time over the n-replica step time, larger than 1.")
+        expect(_close(got, 2.5), f"8 ms of compute and 2 ms of overhead on 4 replicas: (8 + 2) / "
+               f"(8 / 4 + 2) = 2.5, got {got:.4g}.")
+        for args in [(10.0, 0.0, 8), (5.0, 5.0, 2), (100.0, 1.0, 64), (3.0, 1.0, 1)]:
+            got = _number(speedup_bound(*args), "speedup_bound")
+            want = reference_speedup_bound(*args)
+            expect(_close(got, want), f"speedup_bound{args} should be {want:.4g}, got {got:.4g}.")
+        many = _number(speedup_bound(8.0, 2.0, 10_000), "speedup_bound")
+        expect(many < 5.0, "With many replicas the bound approaches (compute + overhead) / overhead.")
+    passed("speedup_bound", "compute divided by n, overhead not: the bound is (c + o) / (c / n + o).")
