@@ -16,7 +16,8 @@ Where each helper is taught:
 * :func:`format_metrics`, :func:`epoch_printer`, :func:`plot_history` - training notebooks
 
 Modules taught in one notebook each: ``simulation``, ``allreduce`` and ``widgets`` (01),
-``support`` (02), ``callbacks`` (03), ``reference`` (04), ``diagnostics`` (05), ``hardware`` (06), ``cluster`` and its ``workers`` (07, 08), ``loops`` and ``bench`` (09). Exercise checks are in
+``support`` (02), ``callbacks`` (03), ``reference`` (04), ``diagnostics`` (05), ``hardware`` (06), ``cluster`` and its ``workers`` (07, 08), ``loops`` and ``bench`` (09), ``capstone`` and its :func:`check_same_update` (10: the same update
+on 1, 2 and 4 replicas, for your own code too). Exercise checks are in
 ``course_utils.exercises.<notebook>``.
 """
 
@@ -56,6 +57,7 @@ _EXPORTS = {
     "explore_data_parallelism": "widgets",
     "update_factor": "diagnostics",
     "detect_strategy": "hardware",
+    "check_same_update": "capstone",
     "quiet_native_logs": "runtime",
     "CourseError": "errors",
     "ConfigError": "errors",
