@@ -49,8 +49,13 @@ def test_choose_hardware_catching_only_value_error() -> None:
         gpus = len(list_devices("GPU"))
         return "multi_gpu" if gpus > 1 else "one_gpu" if gpus == 1 else "cpu"
 
-    fails_with(ex.check_choose_hardware, only_value_error, "Exercise choose_hardware",
-               "raised NotFoundError", "catch Exception")
+    fails_with(
+        ex.check_choose_hardware,
+        only_value_error,
+        "Exercise choose_hardware",
+        "raised NotFoundError",
+        "catch Exception",
+    )
 
 
 def test_choose_hardware_gpus_first() -> None:
@@ -60,8 +65,9 @@ def test_choose_hardware_gpus_first() -> None:
             return "multi_gpu" if gpus > 1 else "one_gpu"
         return right_chain(find_tpu, list_devices)
 
-    fails_with(ex.check_choose_hardware, gpus_first, "expected 'tpu', got 'multi_gpu'",
-               "Call find_tpu() first")
+    fails_with(
+        ex.check_choose_hardware, gpus_first, "expected 'tpu', got 'multi_gpu'", "Call find_tpu() first"
+    )
 
 
 def test_choose_hardware_one_gpu_is_not_several() -> None:
@@ -69,8 +75,12 @@ def test_choose_hardware_one_gpu_is_not_several() -> None:
         kind = right_chain(find_tpu, list_devices)
         return "multi_gpu" if kind == "one_gpu" else kind
 
-    fails_with(ex.check_choose_hardware, any_gpu_is_multi, "expected 'one_gpu', got 'multi_gpu'",
-               "exactly 1 is 'one_gpu'")
+    fails_with(
+        ex.check_choose_hardware,
+        any_gpu_is_multi,
+        "expected 'one_gpu', got 'multi_gpu'",
+        "exactly 1 is 'one_gpu'",
+    )
 
 
 def test_choose_hardware_unknown_kind_and_blank() -> None:
@@ -78,20 +88,64 @@ def test_choose_hardware_unknown_kind_and_blank() -> None:
     fails_with(ex.check_choose_hardware, blank, "not done yet")
 
 
-# --------------------------------------------------------------------------- tpu_friendly
+# --------------------------------------------------------------------------- last_step_split
+# The session has 2 virtual CPUs (tests/conftest.py): each check judges the answer on 2 replicas.
 
 
-def test_tpu_friendly(capsys) -> None:
-    ex.check_tpu_friendly(lambda d, per, n: d.batch(per * n, drop_remainder=True).prefetch(2))
-    assert "[pass] tpu_friendly" in capsys.readouterr().out
+def test_last_step_split(capsys) -> None:
+    ex.check_last_step_split(lambda: [1, 0])
+    assert "[pass] last_step_split" in capsys.readouterr().out
 
 
-def test_tpu_friendly_planted_mistakes() -> None:
-    fails_with(ex.check_tpu_friendly, lambda d, per, n: d.batch(per * n),
-               "unknown (None)", "drop_remainder=True")
-    fails_with(ex.check_tpu_friendly, lambda d, per, n: d.batch(per, drop_remainder=True),
-               "4 x 8 = 32", "yours hold 4")
-    fails_with(ex.check_tpu_friendly, lambda d, per, n: d.repeat().batch(per * n, drop_remainder=True).take(5),
-               "should give 3 full batches; yours gave 5")
-    fails_with(ex.check_tpu_friendly, lambda d, per, n: list(d), "Return a tf.data.Dataset")
-    fails_with(ex.check_tpu_friendly, blank, "not done yet")
+def test_last_step_split_one_device_answer() -> None:
+    fails_with(ex.check_last_step_split, lambda: [1], "Exercise last_step_split", "one device's last batch")
+
+
+def test_last_step_split_halves_or_copies() -> None:
+    # Plausible: the one example is shared, or copied to both replicas.
+    fails_with(ex.check_last_step_split, lambda: [0.5, 0.5], "never cuts an example in two")
+    fails_with(ex.check_last_step_split, lambda: [1, 1], "add up to 2", "neither copies nor pads")
+    fails_with(ex.check_last_step_split, lambda: [2, 2], "9 - 2 x 4 = 1")
+
+
+def test_last_step_split_wrong_way_round_and_blank() -> None:
+    fails_with(ex.check_last_step_split, lambda: [0, 1], "the first replica takes the larger share")
+    fails_with(ex.check_last_step_split, lambda: 1, "Return a list")
+    fails_with(ex.check_last_step_split, blank, "not done yet")
+
+
+# --------------------------------------------------------------------------- global_batches
+
+RIGHT = {"v2-8": 512, "v5e-1": 64, "4 GPUs": 256, "this CPU": 128}
+
+
+def test_global_batches(capsys) -> None:
+    ex.check_global_batches(lambda: dict(RIGHT))
+    out = capsys.readouterr().out
+    assert "[pass] global_batches" in out and "this CPU 128" in out
+
+
+def test_global_batches_every_tpu_has_8_cores() -> None:
+    fails_with(
+        ex.check_global_batches,
+        lambda: {**RIGHT, "v5e-1": 512},
+        "single chip with one core",
+        "Not every TPU runtime has 8 cores",
+    )
+
+
+def test_global_batches_counting_chips() -> None:
+    fails_with(ex.check_global_batches, lambda: {**RIGHT, "v2-8": 256}, "counts its 4 chips")
+
+
+def test_global_batches_cpu_as_one_device() -> None:
+    # Right on the default strategy, wrong on the course's 2 CPU replicas.
+    fails_with(
+        ex.check_global_batches, lambda: {**RIGHT, "this CPU": 64}, "one device's batch", "2 virtual CPUs"
+    )
+
+
+def test_global_batches_gpus_and_shape() -> None:
+    fails_with(ex.check_global_batches, lambda: {**RIGHT, "4 GPUs": 64}, "MirroredStrategy over 4 GPUs")
+    fails_with(ex.check_global_batches, lambda: [512, 64, 256, 128], "Return a dict")
+    fails_with(ex.check_global_batches, blank, "not done yet")

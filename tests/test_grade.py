@@ -60,24 +60,24 @@ def test_answers_found_by_definition_when_cells_moved_and_retagged(the_course) -
     nb00 = the_course.notebooks[NB]
     sub = submission_of(make_class.tamper(nb00.master))
     answers = extract.find_answers(sub, nb00)
-    assert "return [0]" in answers["replica_ids"].source
+    assert "return 8.5" in answers["uneven_mean"].source
     assert "global_batch // replicas" in answers["per_replica_batch"].source
     notes = extract.describe(answers, sub)
-    assert any("replica_ids: taken from" in n and "metadata does not mark it" in n for n in notes)
+    assert any("uneven_mean: taken from" in n and "metadata does not mark it" in n for n in notes)
 
 
 def test_student_markers_and_shell_lines_are_removed(the_course) -> None:
     nb00 = the_course.notebooks[NB]
     student = make_class.with_answers(nb00.master, {
-        "replica_ids": "# NBVAL_SKIP\n!pip install something\n%pip install other\n"
-                       "def replica_ids(strategy):\n    # NBVAL_RAISES_EXCEPTION\n    return [0]\n",
+        "uneven_mean": "# NBVAL_SKIP\n!pip install something\n%pip install other\n"
+                       "def uneven_mean():\n    # NBVAL_RAISES_EXCEPTION\n    return 4.0\n",
     })
     graded = extract.build(nb00, extract.find_answers(submission_of(student), nb00))
     source = graded.notebook.cells[nb00.exercises[0].solution_cell].source
     assert "NBVAL" not in source
     assert "# (not run by the grader) !pip install something" in source
     assert "# (not run by the grader) %pip install other" in source
-    assert "return [0]" in source
+    assert "return 4.0" in source
 
 
 def test_graded_notebook_is_the_master_with_only_the_student_code(the_course) -> None:
@@ -102,14 +102,14 @@ def test_graded_notebook_is_the_master_with_only_the_student_code(the_course) ->
 def test_metadata_is_the_fallback_and_nothing_found_is_missing(the_course) -> None:
     nb00 = the_course.notebooks[NB]
     student = make_class.with_answers(nb00.master, {
-        "replica_ids": "def replica_id_list(strategy):\n    return [0]\n",   # misnamed function
+        "uneven_mean": "def my_uneven_mean():\n    return 4.0\n",   # misnamed function
     })
     # per_replica_batch: its cell deleted altogether
     index = make_class._solution_index(student, "per_replica_batch")
     del student.cells[index]
     answers = extract.find_answers(submission_of(student), nb00)
-    assert answers["replica_ids"].how == "cell metadata"
-    assert "replica_id_list" in answers["replica_ids"].source
+    assert answers["uneven_mean"].how == "cell metadata"
+    assert "my_uneven_mean" in answers["uneven_mean"].source
     assert answers["per_replica_batch"].source is None
     graded = extract.build(nb00, answers)
     placeholder = graded.notebook.cells[nb00.exercises[1].solution_cell].source
@@ -230,17 +230,17 @@ def test_statuses_passed_failed_error_timeout(the_course) -> None:
     (a, b) = graded.exercises
     run = runner.RunResult(started=True, done=True, cells={
         a.solution: _cell("ok"),
-        a.check: _cell("error", ename="ExerciseError", evalue="Exercise replica_ids: On 2 replicas ..."),
+        a.check: _cell("error", ename="ExerciseError", evalue="Exercise uneven_mean: On 2 replicas ..."),
         b.solution: _cell("ok"),
         b.check: _cell("error", ename="TypeError", evalue="unsupported operand"),
     })
     status, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
     assert status == "graded"
     assert [(e["status"], e["message"][:34]) for e in exercises] == [
-        ("failed", "Exercise replica_ids: On 2 replica"),
+        ("failed", "Exercise uneven_mean: On 2 replica"),
         ("error", "Exercise per_replica_batch: the ch"),
     ]
-    run.cells[a.check] = _cell("ok", outputs=_stdout("[pass] replica_ids: fine.\n"))
+    run.cells[a.check] = _cell("ok", outputs=_stdout("[pass] uneven_mean: fine.\n"))
     run.cells[b.solution] = _cell("error", ename="SyntaxError", evalue="invalid syntax (line 2)")
     run.cells[b.check] = _cell("timeout", timeout=20.0)
     _, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
@@ -254,7 +254,7 @@ def test_statuses_passed_failed_error_timeout(the_course) -> None:
 def test_statuses_when_the_run_breaks(the_course) -> None:
     graded = _graded(the_course)
     (a, b) = graded.exercises
-    ok = _cell("ok", outputs=_stdout("[pass] replica_ids: fine.\n"))
+    ok = _cell("ok", outputs=_stdout("[pass] uneven_mean: fine.\n"))
     # No [pass] line: not passed, whatever else happened.
     run = runner.RunResult(started=True, cells={a.solution: _cell("ok"), a.check: _cell("ok")})
     assert verdict.exercise_results(graded, run, runner.RunOptions())[1][0]["status"] == "error"
@@ -337,20 +337,21 @@ def test_each_student_graded_as_expected(graded_class, student) -> None:
 
 def test_hints_say_what_went_wrong(graded_class) -> None:
     messages = {(s, e["id"]): e["message"] for s, r in graded_class.results.items() for e in r["exercises"]}
-    assert "reduce them into one number" in messages["pitfall", "replica_ids"]
+    assert "one device's answer" in messages["pitfall", "uneven_mean"]
     assert "not done yet" in messages["blank", "per_replica_batch"]
     assert "should raise ValueError" in messages["tamper", "per_replica_batch"]
     assert "did not finish within 20 s" in messages["loop", "per_replica_batch"]
-    assert "not valid JSON" in messages["corrupt", "replica_ids"]
-    assert messages["honest", "replica_ids"] == "every replica reported its own id."
+    assert "not valid JSON" in messages["corrupt", "uneven_mean"]
+    assert messages["honest", "uneven_mean"] == (
+        "on 2 replicas the MEAN of the replica means is 4.25; one device's mean is 4.")
 
 
 def test_markdown_csv_and_feedback(graded_class) -> None:
     md = (graded_class.out / "report.md").read_text()
     assert f"## {NB}" in md
-    assert "| `replica_ids` | `per_replica_batch` |" in md
+    assert "| `uneven_mean` | `per_replica_batch` |" in md
     row = next(line for line in md.splitlines() if line.startswith("| pitfall |"))
-    assert "❌ failed: On 2 replicas expected [0, 1], got [1]." in row and "✅ passed" in row
+    assert "❌ failed: 4 is one device's answer" in row and "✅ passed" in row
     with open(graded_class.out / "report.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == len(graded_class.expected) * len(make_class.IDS)
