@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
 
 from ..checks import exercise, expect, passed
 
@@ -102,35 +106,6 @@ def check_batch_sizes(batch_sizes: Callable[[int, int, int], tuple[int, int]]) -
     passed("batch_sizes", "global batch = per-replica batch x all replicas of all workers.")
 
 
-def check_checkpoint_dir(checkpoint_dir: Callable[[str, str, int, dict], str]) -> None:
-    """``checkpoint_dir(base, task_type, task_id, cluster)``: the real folder or a temporary one."""
-    from ..workers.multi_worker import write_dir
-
-    two_workers = {"worker": ["a:1", "b:1"]}
-    with_chief = {"chief": ["c:1"], "worker": ["a:1", "b:1"]}
-    cases = [
-        (two_workers, "worker", 0),
-        (two_workers, "worker", 1),
-        (with_chief, "chief", 0),
-        (with_chief, "worker", 0),
-        (with_chief, "worker", 1),
-    ]
-    with exercise("checkpoint_dir"):
-        for cluster, task_type, task_id in cases:
-            got = os.path.normpath(str(checkpoint_dir("run", task_type, task_id, cluster)))
-            want = os.path.normpath(write_dir("run", task_type, task_id, cluster))
-            if got != want and task_type == "worker" and task_id == 0 and "chief" in cluster:
-                expect(False, "In a cluster with a 'chief' job, worker 0 is an ordinary worker: only "
-                       f"the chief writes to run/checkpoints; worker 0 writes to {want}.")
-            expect(
-                got == want,
-                f"checkpoint_dir('run', {task_type!r}, {task_id}, {cluster}) should be {want!r}, got {got!r}. "
-                "The chief (the 'chief' task, or worker 0 when there is none) writes to "
-                "base/checkpoints; every other task to base/workertemp_<task_id>/checkpoints.",
-            )
-    passed("checkpoint_dir", "only the chief writes to the real checkpoint folder.")
-
-
 def _reference_examples(count: int, global_batch: int, workers: int, worker: int, policy: str) -> list[int]:
     ids = list(range(count))
     batches = [ids[i : i + global_batch] for i in range(0, count, global_batch)]
@@ -178,3 +153,113 @@ def check_examples_seen(
                         f"The cluster's {task} read {ids} under {policy}; your function disagrees.",
                     )
     passed("examples_seen", "your sharding matches what the workers of the cluster read.")
+
+
+# --------------------------------------------------------------------------- the worker program
+
+#: The training schedule of the notebook's worker program (its constants).
+STEPS_PER_EPOCH, EPOCHS, SAVE_EVERY = 4, 3, 5
+
+
+def _function_from_program(program: Any, name: str) -> Callable:
+    """The function ``name`` of the worker program file, without running the program."""
+    path = Path(program)
+    expect(path.is_file(), f"There is no worker program at {path.name}: run the cell that writes it "
+           "(the one starting with %%writefile).")
+    tree = ast.parse(path.read_text())
+    nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    expect(nodes, f"The worker program has no function {name}(): keep its name and arguments.")
+    namespace: dict[str, Any] = {}
+    exec(compile(ast.Module(body=nodes, type_ignores=[]), str(path), "exec"), namespace)
+    return namespace[name]
+
+
+def _data(run: Any, task: str) -> dict:
+    return dict(run[task].data) if run is not None else {}
+
+
+def _examples_by_epoch(killed: Any, resumed: Any, restored: int) -> dict[int, list[int]]:
+    """Every example id trained, per epoch, by both workers: the interrupted run up to the
+    checkpoint it left, then the restarted run."""
+    seen: dict[int, list[int]] = {}
+    for run, keep in ((killed, lambda step: step <= restored), (resumed, lambda step: True)):
+        for task in ("worker 0", "worker 1"):
+            for step, epoch, _loss, ids, _time in _data(run, task).get("steps", []):
+                if keep(step):
+                    seen.setdefault(int(epoch), []).extend(int(i) for i in ids)
+    return seen
+
+
+def check_resume_point(program: Any, killed: Any, resumed: Any, uninterrupted: Any = None) -> None:
+    """The worker program's ``resume_point(global_step, steps_per_epoch)``, judged by the cluster.
+
+    ``killed`` is the result of the run whose worker 1 was killed (``WorkerFailed.result``),
+    ``resumed`` the result of the restarted cluster (``None`` when it failed), ``uninterrupted``
+    the result of a run of the same program that was never stopped.
+    """
+    with exercise("resume_point"):
+        resume_point = _function_from_program(program, "resume_point")
+        first = resume_point(5, STEPS_PER_EPOCH)
+        expect(isinstance(first, (tuple, list)) and len(first) == 2,
+               f"Return a pair (epoch, skip); resume_point(5, 4) returned {first!r}.")
+        expect(resumed is not None,
+               "The restarted cluster did not finish (its cell shows why): fix resume_point, run the "
+               "cell that writes the program, then the two cluster cells, then this check.")
+        chief, other = _data(resumed, "worker 0"), _data(resumed, "worker 1")
+        restored = chief.get("restored")
+        expect(restored is not None, "The restarted cluster restored no checkpoint: run the cell that "
+               "kills a worker first, then the restart, with the same run folder.")
+        expect([s[2] for s in chief["steps"]] == [s[2] for s in other["steps"]],
+               "After the restart the two workers reported different losses: every worker must resume "
+               "at the same place, so resume_point must depend only on its arguments.")
+        per_epoch = _examples_by_epoch(killed, resumed, restored)
+        epoch_size = STEPS_PER_EPOCH * 16
+        for epoch in range(EPOCHS):
+            ids = per_epoch.get(epoch, [])
+            twice = len(ids) - len(set(ids))
+            missing = epoch_size - len(set(ids))
+            expect(twice == 0, f"Epoch {epoch + 1} trained {twice} examples twice: after the restart the "
+                   "workers redid batches that the checkpoint already held. The checkpoint's global step "
+                   "counts every batch trained since the start, across epochs: skip the ones of this epoch.")
+            expect(missing == 0, f"Epoch {epoch + 1} never trained {missing} of its {epoch_size} examples: "
+                   "after the restart the workers skipped batches that the checkpoint did not hold. "
+                   "optimizer.iterations is the number of steps done, so the next batch has that index.")
+        final = chief["steps"][-1][0]
+        expect(final == EPOCHS * STEPS_PER_EPOCH,
+               f"The restarted run ended at global step {final}, not {EPOCHS * STEPS_PER_EPOCH}: "
+               "the epochs after the restart were not the ones the checkpoint left unfinished.")
+        if uninterrupted is not None:
+            expect(chief.get("weights") == _data(uninterrupted, "worker 0").get("weights"),
+                   "The resumed run's final weights differ from the run that was never stopped.")
+        for step in (0, 4, 6, 11, 7):
+            want = divmod(step, STEPS_PER_EPOCH if step != 7 else 3)
+            got = tuple(int(v) for v in resume_point(step, STEPS_PER_EPOCH if step != 7 else 3))
+            expect(got == want, f"resume_point({step}, {4 if step != 7 else 3}) should be {want}, got {got}: "
+                   "your answer fits this cluster's numbers only.")
+    passed("resume_point", f"the restarted cluster resumed at global step {restored + 1}, trained every "
+           "example once per epoch on both workers and ended with the weights of the run never stopped.")
+
+
+def check_restart_step(prediction: Any, killed: Any, resumed: Any = None) -> None:
+    """Predict-then-run: the first global step the restarted cluster computes."""
+    with exercise("restart_step"):
+        expect(prediction is not None, "Set PREDICTION to a whole number before running the cluster cells.")
+        expect(isinstance(prediction, (int, np.integer)) and not isinstance(prediction, bool),
+               f"PREDICTION should be a whole number (a global step), got {prediction!r}.")
+        saved = [int(step) for step, _time in _data(killed, "worker 0").get("saved", [])]
+        held = max(int(s[0]) for s in _data(killed, "worker 0").get("steps", [[0]]))
+        expect(saved, "The interrupted run saved no checkpoint: run the cell that kills a worker first.")
+        actual = saved[-1] + 1
+        if resumed is not None:
+            actual = int(_data(resumed, "worker 0")["steps"][0][0])
+        ends = [s for s in saved if s % STEPS_PER_EPOCH == 0]
+        if prediction == held + 1:
+            expect(False, f"You predicted {prediction}, the cluster computed step {actual} first: step {held} "
+                   f"was trained but never saved, and a restart begins from the last checkpoint (step {saved[-1]}).")
+        if ends and prediction == ends[-1] + 1 and actual != prediction:
+            expect(False, f"You predicted {prediction}, the cluster computed step {actual} first: you counted the "
+                   f"end-of-epoch saves only; the chief also saves every {SAVE_EVERY} global steps.")
+        expect(int(prediction) == actual,
+               f"You predicted {prediction}, the cluster computed step {actual} first: the checkpoints were "
+               f"written after steps {saved} and a restart continues after the last one.")
+    passed("restart_step", f"the restarted cluster began at global step {actual}.")
