@@ -1,4 +1,7 @@
-"""The checks of notebook 05 pass on right answers and fail, with the right hint, on each pitfall."""
+"""The checks of notebook 05 pass on right answers and fail, with the right hint, on each pitfall.
+
+Every wrong answer below is run on 2 replicas (the checks compare 2 replicas with one device).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ from course_utils.errors import ExerciseError
 from course_utils.exercises import loss_scaling_pitfalls as ex
 
 GLOBAL_BATCH = 8
-TIME_STEPS = 5
 
 
 @pytest.fixture(scope="module")
@@ -16,24 +18,6 @@ def tf():
     import tensorflow
 
     return tensorflow
-
-
-@pytest.fixture(scope="module")
-def loss_fn():
-    import keras
-
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
-
-
-def make_step(tf, compute_loss):
-    def step(model, optimizer, x, y):
-        with tf.GradientTape() as tape:
-            loss = compute_loss(model, x, y)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    return step
 
 
 def blank(*args, **kwargs):
@@ -49,93 +33,88 @@ def fails_with(check, answer, *needles, **kwargs) -> str:
     return message
 
 
-# --------------------------------------------------------------------------- fix_reduce_mean
+# --------------------------------------------------------------------------- predict_clip_factor
 
 
-def test_fix_reduce_mean(tf, loss_fn, capsys) -> None:
-    def scaled(model, x, y):
-        return tf.nn.compute_average_loss(loss_fn(y, model(x)), global_batch_size=GLOBAL_BATCH)
-
-    ex.check_fix_reduce_mean(make_step(tf, scaled), global_batch=GLOBAL_BATCH)
-    assert "[pass] fix_reduce_mean" in capsys.readouterr().out
-
-    def local_mean(model, x, y):  # the planted pitfall: the notebook's buggy_step
-        per_example = loss_fn(y, model(x))
-        return tf.reduce_sum(per_example) / tf.cast(tf.shape(per_example)[0], tf.float32)
-
-    fails_with(ex.check_fix_reduce_mean, make_step(tf, local_mean), "Exercise fix_reduce_mean",
-               "2.00x", "SUMS", "compute_average_loss")
-
-    def twice(model, x, y):
-        return scaled(model, x, y) / 2.0
-
-    fails_with(ex.check_fix_reduce_mean, make_step(tf, twice), "0.50x", "once too often")
-
-    def reports_local_mean(model, optimizer, x, y):  # right update, wrong reported loss
-        with tf.GradientTape() as tape:
-            per_example = loss_fn(y, model(x))
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return tf.reduce_mean(per_example)
-
-    fails_with(ex.check_fix_reduce_mean, reports_local_mean, "The update is right", "2.00x")
-    fails_with(ex.check_fix_reduce_mean, blank, "not done yet")
+def test_predict_clip_factor(capsys) -> None:
+    assert abs(ex.measured_clip_factor() - 2.0) < 1e-3  # what the notebook teaches
+    ex.check_predict_clip_factor(2.0)
+    assert "[pass] predict_clip_factor" in capsys.readouterr().out
+    # The plausible wrong answers: the clip acts after the sum (1.0), or on half the gradient.
+    fails_with(ex.check_predict_clip_factor, 1.0, "Exercise predict_clip_factor", "measured: 2.00x",
+               "BEFORE the all-reduce")
+    fails_with(ex.check_predict_clip_factor, 0.5, "half the batch's gradient")
+    fails_with(ex.check_predict_clip_factor, 4, "Work out the norm")
+    fails_with(ex.check_predict_clip_factor, None, "Set PREDICTION to a number")
 
 
-# --------------------------------------------------------------------------- fix_regularization
+# --------------------------------------------------------------------------- clip_after_sum
 
 
-def test_fix_regularization(tf, loss_fn, capsys) -> None:
-    def data(model, x, y):
-        return tf.nn.compute_average_loss(loss_fn(y, model(x)), global_batch_size=GLOBAL_BATCH)
-
-    def scaled_penalty(model, x, y):
-        return data(model, x, y) + tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-
-    ex.check_fix_regularization(make_step(tf, scaled_penalty), global_batch=GLOBAL_BATCH)
-    assert "[pass] fix_regularization" in capsys.readouterr().out
-
-    def raw_penalty(model, x, y):  # the planted pitfall: section 5's penalty_step
-        return data(model, x, y) + tf.add_n(model.losses)
-
-    fails_with(ex.check_fix_regularization, make_step(tf, raw_penalty), "counts 2 times",
-               "scale_regularization_loss")
-
-    def wrong_data(model, x, y):
-        loss = tf.reduce_mean(loss_fn(y, model(x)))
-        if model.losses:
-            loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-        return loss
-
-    fails_with(ex.check_fix_regularization, make_step(tf, wrong_data), "Without a penalty your step is already wrong", "2.00x")
-    fails_with(ex.check_fix_regularization, blank, "not done yet")
+def _summed(tf, grads):
+    context = tf.distribute.get_replica_context()
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, grads), context.num_replicas_in_sync
 
 
-# --------------------------------------------------------------------------- fix_multidim_labels
+def test_clip_after_sum(tf, capsys) -> None:
+    def right(grads, clip_norm):
+        total, n = _summed(tf, grads)
+        clipped, _ = tf.clip_by_global_norm(total, clip_norm)
+        return [g / n for g in clipped]
+
+    ex.check_clip_after_sum(right)
+    assert "[pass] clip_after_sum" in capsys.readouterr().out
+
+    def local_clip(grads, clip_norm):  # what the optimizer's global_clipnorm does
+        return tf.clip_by_global_norm(grads, clip_norm)[0]
+
+    fails_with(ex.check_clip_after_sum, local_clip, "On 2 replicas", "Each replica clipped its own")
+
+    def not_divided(grads, clip_norm):  # clips the sum, forgets that apply_gradients sums again
+        total, _ = _summed(tf, grads)
+        return tf.clip_by_global_norm(total, clip_norm)[0]
+
+    fails_with(ex.check_clip_after_sum, not_divided, "2.00x", "SUMS what the 2 replicas pass")
+
+    def hard_coded(grads, clip_norm):  # right on 2 replicas only
+        total, _ = _summed(tf, grads)
+        return [g / 2 for g in tf.clip_by_global_norm(total, clip_norm)[0]]
+
+    fails_with(ex.check_clip_after_sum, hard_coded, "On 1 device", "0.50x")
+    fails_with(ex.check_clip_after_sum, lambda grads, clip_norm: grads, "not clipped")
+    fails_with(ex.check_clip_after_sum, blank, "not done yet")
 
 
-def test_fix_multidim_labels(tf, loss_fn, capsys) -> None:
-    def averaged(model, x, y):
-        per_example = tf.reduce_mean(loss_fn(y, model(x)), axis=1)
-        return tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)
+# --------------------------------------------------------------------------- masked_token_mean
 
-    ex.check_fix_multidim_labels(make_step(tf, averaged), global_batch=GLOBAL_BATCH,
-                                 time_steps=TIME_STEPS)
-    assert "[pass] fix_multidim_labels" in capsys.readouterr().out
 
-    def per_token(model, x, y):  # the planted pitfall: buggy_tagger_step
-        return tf.nn.compute_average_loss(loss_fn(y, model(x)), global_batch_size=GLOBAL_BATCH)
+def test_masked_token_mean(tf, capsys) -> None:
+    def right(per_token_loss, mask):
+        context = tf.distribute.get_replica_context()
+        real = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.reduce_sum(mask))
+        return tf.math.divide_no_nan(tf.reduce_sum(per_token_loss * mask), real)
 
-    fails_with(ex.check_fix_multidim_labels, make_step(tf, per_token), "5.00x",
-               "number of time steps (5)", "axis=1", global_batch=GLOBAL_BATCH,
-               time_steps=TIME_STEPS)
+    ex.check_masked_token_mean(right)
+    assert "[pass] masked_token_mean" in capsys.readouterr().out
 
-    def local_mean(model, x, y):
-        return tf.reduce_mean(loss_fn(y, model(x)))
+    def with_sample_weight(per_token_loss, mask):  # compute_average_loss's own sample_weight
+        return tf.nn.compute_average_loss(per_token_loss, sample_weight=mask,
+                                          global_batch_size=GLOBAL_BATCH)
 
-    fails_with(ex.check_fix_multidim_labels, make_step(tf, local_mean), "2.00x")
-    fails_with(ex.check_fix_multidim_labels, blank, "not done yet")
+    fails_with(ex.check_masked_token_mean, with_sample_weight, "Exercise masked_token_mean",
+               "update is 3.1", "25 real tokens / 8 sequences", "sample_weight=mask")
+
+    def local_count(per_token_loss, mask):  # right on one device
+        return tf.reduce_sum(per_token_loss * mask) / tf.reduce_sum(mask)
+
+    fails_with(ex.check_masked_token_mean, local_count, "mismatch", "19 real tokens, the second 6")
+
+    def mean_of_sequences(per_token_loss, mask):
+        per_sequence = tf.reduce_sum(per_token_loss * mask, axis=1) / tf.reduce_sum(mask, axis=1)
+        return tf.nn.compute_average_loss(per_sequence, global_batch_size=GLOBAL_BATCH)
+
+    fails_with(ex.check_masked_token_mean, mean_of_sequences, "Some tokens weigh more")
+    fails_with(ex.check_masked_token_mean, blank, "not done yet")
 
 
 # --------------------------------------------------------------------------- average_loss
@@ -206,53 +185,3 @@ def test_track_loss(tf, capsys) -> None:
 
     fails_with(ex.check_track_loss, not_averaged, "number of steps")
     fails_with(ex.check_track_loss, blank, "not done yet")
-
-
-# --------------------------------------------------------------------------- fix_loss_scale
-
-
-def _tiny_loss(tf, model, x, y):
-    prediction = tf.cast(model(x, training=True), tf.float32)[:, 0]
-    return tf.nn.compute_average_loss(ex.TINY * tf.square(y - prediction),
-                                      global_batch_size=GLOBAL_BATCH)
-
-
-def test_fix_loss_scale(tf, capsys) -> None:
-    def scaled(model, optimizer, x, y):
-        with tf.GradientTape() as tape:
-            loss = _tiny_loss(tf, model, x, y)
-            scaled_loss = optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled_loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    ex.check_fix_loss_scale(scaled, global_batch=GLOBAL_BATCH)
-    assert "[pass] fix_loss_scale" in capsys.readouterr().out
-
-    def unscaled(model, optimizer, x, y):  # the planted pitfall: section 10's unscaled_step
-        with tf.GradientTape() as tape:
-            loss = _tiny_loss(tf, model, x, y)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    fails_with(ex.check_fix_loss_scale, unscaled, "0.00x", "underflowed", "scale_loss")
-
-    def by_hand(model, optimizer, x, y):
-        with tf.GradientTape() as tape:
-            loss = _tiny_loss(tf, model, x, y) * 1024.0
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    fails_with(ex.check_fix_loss_scale, by_hand, "0.03x", "optimizer.scale_loss(loss) only")
-
-    def keras2(model, optimizer, x, y):
-        with tf.GradientTape() as tape:
-            loss = optimizer.get_scaled_loss(_tiny_loss(tf, model, x, y))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    fails_with(ex.check_fix_loss_scale, keras2, "removed get_scaled_loss")
-    fails_with(ex.check_fix_loss_scale, blank, "not done yet")

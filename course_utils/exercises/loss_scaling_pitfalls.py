@@ -1,14 +1,15 @@
 """Checks for notebook 05, loss-scaling pitfalls.
 
 Every check runs the student's code on 2 replicas next to a correct single-device reference with
-:func:`course_utils.diagnostics.update_factor`, so that a step that is right on one replica and
-wrong on two fails, and the hint names the factor (``2.00x``) and its usual cause.
+:func:`course_utils.diagnostics.update_factor`, so that code that is right on one replica and
+wrong on two fails, and the hint names the factor it found (``2.00x``) and the usual cause.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional
+from numbers import Real
+from typing import Any, Callable
 
 import numpy as np
 
@@ -18,8 +19,13 @@ from ..diagnostics import UpdateFactor, cpu_replicas, update_factor
 REPLICAS = 2
 FEATURES = 4
 CLASSES = 3
-#: Loss multiplier of the mixed-precision exercise: it puts the gradients below float16's range.
-TINY = 1e-8
+GLOBAL_BATCH = 8
+#: The clip norm of the clipping exercises: far below every gradient norm of these checks.
+CLIP = 0.01
+#: Sequence length and real (unpadded) lengths of the masked-token exercise: the first replica's
+#: 4 sequences hold 19 real tokens, the second's 6, so a per-replica count is visibly wrong.
+TIME_STEPS = 5
+LENGTHS = (5, 5, 4, 5, 1, 2, 1, 2)
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -32,21 +38,17 @@ def _data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def _classifier(l2: Optional[float] = None) -> Callable[[], Any]:
-    """A small classifier; with ``l2`` (even 0.0) its first kernel has an L2 regularizer."""
+def _classifier() -> Callable[[], Any]:
+    """A small seeded classifier: 4 features -> 8 relu units -> 3 logits."""
 
     def build() -> Any:
         import keras
 
-        reg = keras.regularizers.L2(l2) if l2 is not None else None
         return keras.Sequential(
             [
                 keras.Input((FEATURES,)),
                 keras.layers.Dense(
-                    8,
-                    activation="relu",
-                    kernel_initializer=keras.initializers.GlorotUniform(seed=11),
-                    kernel_regularizer=reg,
+                    8, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=11)
                 ),
                 keras.layers.Dense(
                     CLASSES, kernel_initializer=keras.initializers.GlorotUniform(seed=12)
@@ -57,8 +59,14 @@ def _classifier(l2: Optional[float] = None) -> Callable[[], Any]:
     return build
 
 
-def _reference_step(regularized: bool = False) -> Callable[..., Any]:
-    """The correct step on one device: the mean loss over the batch (plus the penalty)."""
+def _loss_fn() -> Any:
+    import keras
+
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+
+def _reference_step() -> Callable[..., Any]:
+    """The correct step on one device: the mean loss over the batch."""
     import keras
     import tensorflow as tf
 
@@ -67,8 +75,6 @@ def _reference_step(regularized: bool = False) -> Callable[..., Any]:
     def step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
         with tf.GradientTape() as tape:
             loss = mean_loss(y, model(x, training=True))
-            if regularized and model.losses:
-                loss += tf.add_n(model.losses)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
@@ -76,97 +82,231 @@ def _reference_step(regularized: bool = False) -> Callable[..., Any]:
     return step
 
 
+_STRATEGY: list[Any] = []
+#: Offset of the collective keys of the checks' strategy (see :func:`two_replicas`).
+_KEY_BASE = 5_000_000
+
+
+def two_replicas() -> Any:
+    """The 2-replica strategy of these checks: one per process, with collective keys of its own.
+
+    TensorFlow numbers the all-reduces of every ``MirroredStrategy`` over the same devices with
+    the same keys (group 1, instances from 100). When two such strategies run all-reduces of
+    different shapes under one key, the second fails ("Shape mismatch in the collective instance
+    100") and so does every collective after it in the process. TensorFlow's own tests give each
+    strategy its own key base; so do these checks, so that they run next to the notebook's own
+    strategy.
+    """
+    if not _STRATEGY:
+        import tensorflow as tf
+
+        cls = tf.distribute.MirroredStrategy
+        saved = cls._collective_key_base
+        cls._collective_key_base = saved + _KEY_BASE
+        try:
+            _STRATEGY.append(cpu_replicas(REPLICAS))
+        finally:
+            cls._collective_key_base = saved
+    return _STRATEGY[0]
+
+
 def _measure(step: Any, build: Callable[[], Any], batch: tuple, **kwargs: Any) -> UpdateFactor:
-    return update_factor(step, build, batch, strategy=cpu_replicas(REPLICAS), **kwargs)
+    return update_factor(step, build, batch, strategy=two_replicas(), **kwargs)
 
 
-def _near(value: float, target: float, tol: float = 1e-3) -> bool:
-    return value is not None and math.isfinite(value) and abs(value - target) <= tol * max(1.0, abs(target))
+def _near(value: Any, target: float, tol: float = 1e-3) -> bool:
+    return (
+        value is not None
+        and math.isfinite(value)
+        and abs(value - target) <= tol * max(1.0, abs(target))
+    )
 
 
 def _factor_text(result: UpdateFactor) -> str:
-    text = f"On {result.replicas} replicas your step's update is {result.factor:.2f}x the correct single-device update"
+    text = (
+        f"On {result.replicas} replicas your step's update is {result.factor:.2f}x the correct "
+        "single-device update"
+    )
     if result.mismatch > 1e-3:
         text += f" and points in another direction too ({100 * result.mismatch:.1f}% mismatch)"
     return text + "."
 
 
 def _scaling_hint(result: UpdateFactor) -> str:
-    n = result.replicas
-    if _near(result.factor, n, 1e-2):
+    if _near(result.factor, result.replicas, 1e-2):
         return (
-            f"{_factor_text(result)} Each replica averaged over its own examples only "
-            "(tf.reduce_mean, or a mean computed some other way) and the strategy then SUMS the "
-            "replicas' gradients. Sum the per-example losses and divide by the GLOBAL batch: "
-            "tf.nn.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)."
+            f"{_factor_text(result)} Each replica averaged over its own examples only and the "
+            "strategy then SUMS the replicas' gradients: divide by the whole global batch."
         )
-    if _near(result.factor, 1.0 / n, 1e-2):
-        return (
-            f"{_factor_text(result)} You divided by the number of replicas once too often: "
-            "compute_average_loss already divides by the global batch."
-        )
-    return (
-        f"{_factor_text(result)} Divide the sum of the per-example losses by the global batch, "
-        "once: tf.nn.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)."
+    return f"{_factor_text(result)} Divide the sum of the losses by the whole global batch, once."
+
+
+# --------------------------------------------------------------------------- clipping
+
+
+def twin_batch(seed: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """A global batch of 8 that holds the same 4 examples twice: each replica gets the same 4."""
+    x, y = _data(GLOBAL_BATCH // 2, seed=seed)
+    return np.concatenate([x, x]), np.concatenate([y, y])
+
+
+def _scaled_step() -> Callable[..., Any]:
+    """The correct step for replicas: compute_average_loss over the global batch of 8."""
+    import tensorflow as tf
+
+    loss_fn = _loss_fn()
+
+    def step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            per_example_loss = loss_fn(y, model(x, training=True))
+            loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return step
+
+
+def measured_clip_factor() -> float:
+    """The factor of exercise predict_clip_factor, measured: correct step, global_clipnorm=CLIP."""
+    import keras
+
+    result = _measure(
+        _scaled_step(),
+        _classifier(),
+        twin_batch(),
+        make_optimizer=lambda: keras.optimizers.SGD(learning_rate=0.1, global_clipnorm=CLIP),
     )
+    return result.factor
 
 
-# --------------------------------------------------------------------------- exercises
-
-
-def check_fix_reduce_mean(train_step: Callable[..., Any], global_batch: int = 8) -> None:
-    """The fixed step must update exactly like the single-device mean loss on 2 replicas."""
-    with exercise("fix_reduce_mean"):
-        result = _measure(
-            train_step, _classifier(), _data(global_batch), reference_step=_reference_step()
-        )
-        expect(result.ok, _scaling_hint(result))
-        reported = "not a number" if result.loss_factor is None else f"{result.loss_factor:.2f}x"
+def check_predict_clip_factor(prediction: Any) -> None:
+    """The predicted factor of a correct step with ``global_clipnorm`` on 2 replicas, twin halves."""
+    with exercise("predict_clip_factor"):
         expect(
-            _near(result.loss_factor, 1.0, 1e-3),
-            f"The update is right, but the loss your step returns, summed over the replicas, is "
-            f"{reported} the true mean loss. Return the scaled loss you took the gradient of, as "
-            "a scalar.",
+            isinstance(prediction, Real) and not isinstance(prediction, bool),
+            f"Set PREDICTION to a number (the update on 2 replicas divided by the update on one "
+            f"device), not {prediction!r}.",
         )
-    passed("fix_reduce_mean", "on 2 replicas the update is 1.00x the single-device update.")
-
-
-def check_fix_regularization(train_step: Callable[..., Any], global_batch: int = 8) -> None:
-    """With an L2 penalty, the fixed step must match the single-device update on 2 replicas."""
-    batch = _data(global_batch, seed=1)
-    with exercise("fix_regularization"):
-        result = _measure(
-            train_step, _classifier(l2=0.05), batch, reference_step=_reference_step(True)
-        )
-        if not result.ok:
-            # The same step with a zero penalty tells the data loss apart from the penalty.
-            plain = _measure(train_step, _classifier(l2=0.0), batch, reference_step=_reference_step())
-            expect(plain.ok, "Without a penalty your step is already wrong. " + _scaling_hint(plain))
+        measured = measured_clip_factor()
+        prediction = float(prediction)
+        if abs(prediction - measured) <= 0.05:
+            passed(
+                "predict_clip_factor",
+                f"{measured:.2f}x on 2 replicas: each replica clipped its own gradient, then the "
+                "strategy summed them.",
+            )
+            return
+        said = f"You predicted {prediction:g}; measured: {measured:.2f}x."
+        if _near(prediction, 1.0, 0.05):
             expect(
                 False,
-                f"{_factor_text(result)} With a zero penalty the same step is right, so the "
-                f"penalty is the problem: every replica adds sum(model.losses) and the strategy sums "
-                f"the replicas' gradients, so the penalty counts {result.replicas} times. Add "
-                "tf.nn.scale_regularization_loss(tf.add_n(model.losses)) instead; it divides by "
-                "the number of replicas.",
+                f"{said} 1.0 would be right if the clip acted on the summed gradient, as on one "
+                "device. Keras 3's optimizer clips inside apply_gradients, on each replica, BEFORE "
+                "the all-reduce: each replica's gradient was clipped to the clip norm, and the "
+                "strategy then summed 2 of them.",
             )
-    passed("fix_regularization", "data loss and L2 penalty both count once on 2 replicas.")
+        if _near(prediction, 0.5, 0.05):
+            expect(
+                False,
+                f"{said} Each replica's gradient is half the batch's gradient, but both halves are "
+                "still far above the clip norm, so each is clipped to the full clip norm before "
+                "the strategy sums them.",
+            )
+        expect(
+            False,
+            f"{said} Every gradient here is far above the clip norm. Work out the norm of the "
+            "update on one device, then on each replica before the sum, then after it.",
+        )
 
 
-def _sequence_data(n: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(2)
-    x = rng.normal(size=(n, steps, FEATURES)).astype("float32")
-    y = rng.integers(0, CLASSES, size=(n, steps)).astype("int32")
+def check_clip_after_sum(clip_summed_gradients: Callable[[Any, float], Any]) -> None:
+    """``clip_summed_gradients(grads, clip_norm)`` makes 2 replicas clip like one device."""
+    import keras
+    import tensorflow as tf
+
+    loss_fn = _loss_fn()
+    mean_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def reference(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = mean_loss(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        grads, _ = tf.clip_by_global_norm(grads, CLIP)  # what global_clipnorm does on one device
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    def step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            per_example_loss = loss_fn(y, model(x, training=True))
+            loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)
+        grads = tape.gradient(loss, model.trainable_variables)
+        grads = clip_summed_gradients(grads, CLIP)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    with exercise("clip_after_sum"):
+        for where, strategy in [("2 replicas", two_replicas()),
+                                ("1 device", tf.distribute.get_strategy())]:
+            result = update_factor(step, _classifier(), _data(GLOBAL_BATCH), strategy=strategy,
+                                   reference_step=reference)
+            if result.ok:
+                continue
+            found = (
+                f"On {where} the update is {result.factor:.2f}x the single-device "
+                f"global_clipnorm update"
+                + (f", {100 * result.mismatch:.1f}% off in direction" if result.mismatch > 1e-3 else "")
+                + "."
+            )
+            replicas = result.replicas
+            if replicas > 1 and _near(result.factor, replicas, 1e-2) and result.mismatch < 1e-3:
+                expect(
+                    False,
+                    f"{found} apply_gradients SUMS what the {replicas} replicas pass, so a clipped "
+                    f"sum passed by every replica counts {replicas} times. Pass 1/N of it (N = "
+                    "num_replicas_in_sync of the replica context).",
+                )
+            if result.factor > 5:
+                expect(
+                    False,
+                    f"{found} The gradients were not clipped: the update is as large as "
+                    "without clipping.",
+                )
+            if replicas > 1 and result.mismatch > 1e-3:
+                expect(
+                    False,
+                    f"{found} Each replica clipped its own gradient, as the optimizer's "
+                    "global_clipnorm does. Clip the SUM of the replicas' gradients: sum them "
+                    "across replicas first (an all-reduce), then clip by global norm.",
+                )
+            expect(
+                False,
+                f"{found} On one device the optimizer clips the batch's gradient to global norm "
+                "clip_norm and applies it; make the applied gradient that same one.",
+            )
+    passed("clip_after_sum", "2 replicas clip the summed gradient: 1.00x the single-device update.")
+
+
+# --------------------------------------------------------------------------- masked tokens
+
+
+def padded_batch(seed: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    """Sequences of TIME_STEPS tokens; label -1 marks padding (LENGTHS real tokens each)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(GLOBAL_BATCH, TIME_STEPS, FEATURES)).astype("float32")
+    y = rng.integers(0, CLASSES, size=(GLOBAL_BATCH, TIME_STEPS)).astype("int32")
+    for i, length in enumerate(LENGTHS):
+        y[i, length:] = -1
     return x, y
 
 
-def _sequence_model(steps: int) -> Callable[[], Any]:
+def _tagger() -> Callable[[], Any]:
     def build() -> Any:
         import keras
 
         return keras.Sequential(
             [
-                keras.Input((steps, FEATURES)),
+                keras.Input((TIME_STEPS, FEATURES)),
                 keras.layers.Dense(
                     CLASSES, kernel_initializer=keras.initializers.GlorotUniform(seed=13)
                 ),
@@ -176,27 +316,62 @@ def _sequence_model(steps: int) -> Callable[[], Any]:
     return build
 
 
-def check_fix_multidim_labels(
-    train_step: Callable[..., Any], global_batch: int = 8, time_steps: int = 5
-) -> None:
-    """Per-token losses ``(batch, time)``: the fixed step must match the mean over all tokens."""
-    with exercise("fix_multidim_labels"):
-        result = _measure(
-            train_step,
-            _sequence_model(time_steps),
-            _sequence_data(global_batch, time_steps),
-            reference_step=_reference_step(),
+def check_masked_token_mean(masked_mean_loss: Callable[[Any, Any], Any]) -> None:
+    """``masked_mean_loss(per_token_loss, mask)``: the mean over the real tokens of the global batch."""
+    import tensorflow as tf
+
+    loss_fn = _loss_fn()
+
+    def token_losses(model: Any, x: Any, y: Any) -> tuple[Any, Any]:
+        per_token_loss = loss_fn(tf.maximum(y, 0), model(x, training=True))
+        return per_token_loss, tf.cast(y >= 0, per_token_loss.dtype)
+
+    def reference(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            per_token_loss, mask = token_losses(model, x, y)
+            loss = tf.reduce_sum(per_token_loss * mask) / tf.reduce_sum(mask)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    def step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            per_token_loss, mask = token_losses(model, x, y)
+            loss = masked_mean_loss(per_token_loss, mask)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    real = sum(LENGTHS)
+    half = len(LENGTHS) // 2
+    with exercise("masked_token_mean"):
+        result = _measure(step, _tagger(), padded_batch(), reference_step=reference)
+        if not result.ok:
+            if _near(result.factor, real / GLOBAL_BATCH, 1e-2) and result.mismatch < 1e-3:
+                expect(
+                    False,
+                    f"{_factor_text(result)} That is {real} real tokens / {GLOBAL_BATCH} sequences: "
+                    "you divided by the number of sequences (what compute_average_loss divides "
+                    "by, with or without sample_weight=mask), not by the number of real tokens.",
+                )
+            if result.mismatch > 1e-3:
+                expect(
+                    False,
+                    f"{_factor_text(result)} Some tokens weigh more than others: you divided by a "
+                    f"count that differs between replicas or sequences (the first replica holds "
+                    f"{sum(LENGTHS[:half])} real tokens, the second {sum(LENGTHS[half:])}). Every "
+                    "real token of the global batch must be divided by the same number.",
+                )
+            expect(False, _scaling_hint(result))
+        expect(
+            _near(result.loss_factor, 1.0, 1e-3),
+            "The update is right, but the loss your step returns, summed over the replicas, is "
+            f"{result.loss_factor}x the single-device loss: return the loss you differentiate.",
         )
-        if not result.ok and _near(result.factor, time_steps, 1e-2):
-            expect(
-                False,
-                f"{_factor_text(result)} That is the number of time steps ({time_steps}): "
-                "compute_average_loss summed every token's loss and divided by the number of "
-                "sequences. Average each example's losses over the extra axis first: "
-                "per_example = tf.reduce_mean(per_token, axis=1).",
-            )
-        expect(result.ok, _scaling_hint(result))
-    passed("fix_multidim_labels", f"{time_steps} time steps per example, update 1.00x on 2 replicas.")
+    passed("masked_token_mean", f"the mean over the {real} real tokens, 1.00x on 2 replicas.")
+
+
+# --------------------------------------------------------------------------- kept exercises
 
 
 def check_average_loss(average_loss: Callable[[Any], Any], global_batch: int = 8) -> None:
@@ -254,7 +429,7 @@ def check_track_loss(epoch_training_loss: Callable[[Any, Any, int], Any]) -> Non
         ([2.0, 3.0, 4.0, 5.0, 1.0, 1.0, 1.0, 1.0], 2.25),
     ]
     with exercise("track_loss"):
-        for strategy, where in [(cpu_replicas(REPLICAS), "2 replicas"),
+        for strategy, where in [(two_replicas(), "2 replicas"),
                                 (tf.distribute.get_strategy(), "1 device")]:
             for values, want in cases:
                 dataset = tf.data.Dataset.from_tensor_slices(tf.constant(values)).batch(4)
@@ -278,68 +453,3 @@ def check_track_loss(epoch_training_loss: Callable[[Any, Any, int], Any]) -> Non
                     hint += " Divide the total over the steps by the number of steps."
                 expect(False, hint)
     passed("track_loss", "3.5 for the tutorial's example, on 2 replicas and on 1 device.")
-
-
-def _linear(dtype: str) -> Callable[[], Any]:
-    def build() -> Any:
-        import keras
-
-        return keras.Sequential(
-            [keras.Input((FEATURES,)), keras.layers.Dense(1, kernel_initializer="zeros", dtype=dtype)]
-        )
-
-    return build
-
-
-def check_fix_loss_scale(train_step: Callable[..., Any], global_batch: int = 8) -> None:
-    """In mixed_float16, the fixed step must recover the float32 update of a tiny loss."""
-    import keras
-    import tensorflow as tf
-
-    rng = np.random.default_rng(4)
-    x = rng.normal(size=(global_batch, FEATURES)).astype("float32")
-    y = rng.normal(size=global_batch).astype("float32")
-
-    def reference(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
-        with tf.GradientTape() as tape:
-            pred = tf.cast(model(x, training=True), tf.float32)[:, 0]
-            loss = tf.reduce_mean(TINY * tf.square(y - pred))
-            scaled = optimizer.scale_loss(loss)  # exact in float32: the scale is a power of 2
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    def scaling_optimizer() -> Any:
-        return keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(learning_rate=0.1))
-
-    with exercise("fix_loss_scale"):
-        try:
-            result = _measure(
-                train_step,
-                _linear("mixed_float16"),
-                (x, y),
-                make_reference_model=_linear("float32"),
-                reference_step=reference,
-                make_optimizer=scaling_optimizer,
-            )
-        except AttributeError as error:
-            if "get_scaled_loss" in str(error) or "get_unscaled_gradients" in str(error):
-                expect(
-                    False,
-                    "Keras 3 removed get_scaled_loss and get_unscaled_gradients. Multiply the loss "
-                    "with optimizer.scale_loss(loss) before tape.gradient; apply_gradients "
-                    "unscales the gradients itself.",
-                )
-            raise
-        expect(
-            not _near(result.factor, 0.0, 1e-2),
-            f"{_factor_text(result)} The gradients underflowed to zero in float16. Take the "
-            "gradient of optimizer.scale_loss(loss) (the loss times 32768 at first) instead of "
-            "the loss; the LossScaleOptimizer's apply_gradients divides it back out.",
-        )
-        expect(
-            _near(result.factor, 1.0, 1e-2) and result.mismatch < 1e-2,
-            f"{_factor_text(result)} Scale the loss with optimizer.scale_loss(loss) only, and "
-            "pass the gradients of that scaled loss to apply_gradients unchanged: it unscales them.",
-        )
-    passed("fix_loss_scale", "in mixed_float16 the tiny gradients survive: update 1.00x the float32 one.")
