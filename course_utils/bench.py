@@ -18,9 +18,10 @@ and prints examples per second. How it measures:
   dispatch;
 * the figure reported is the median of ``--runs`` timed runs: one run slowed down by another
   program moves a mean, not a median;
-* every row uses a ``MirroredStrategy`` (with ``ReductionToOneDevice``, the course's choice on
-  CPUs), one replica included, as the tutorial does whatever the machine has: the rows differ
-  only in the number of replicas;
+* every row uses a ``MirroredStrategy`` with ``ReductionToOneDevice``, one replica included, as
+  the tutorial does whatever the machine has: the rows differ only in the number of replicas.
+  (Not TensorFlow's own collective all-reduce, which the notebooks use: with it, ``Model.fit``
+  with ``steps_per_execution`` > 1 fails on virtual CPUs; see ``strategies.mirrored_cpus``.)
 * the replicas divide the cores between them (``--threads per-replica``: each operation runs on
   at most ``cores // replicas`` threads, at least 1). TensorFlow's default lets every operation
   use every core, so on virtual CPUs the operations of different replicas compete for the same
@@ -444,7 +445,7 @@ def _child(spec: dict[str, Any]) -> None:
             use_op_threads(threads)
         # A MirroredStrategy on every count, one replica included (the tutorial creates one
         # whatever the machine has): the rows differ only in the number of replicas.
-        strategy = mirrored_cpus(replicas, needed_by="The benchmark")
+        strategy = mirrored_cpus(replicas, needed_by="The benchmark", all_reduce="one_device")
         data = load_fashion_mnist(fast=config.examples <= FAST_SIZES[0], quiet=True)
         result = measure_here(
             spec["loop"],

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 from . import hardware
 from .config import STRATEGY_KINDS, parse_kind, parse_replicas, settings
 from .devices import physical_devices, use_virtual_cpus
-from .errors import NoTPUError, ReplicaCountError
+from .errors import ConfigError, NoTPUError, ReplicaCountError
 
 
 def _tf() -> Any:
@@ -26,12 +26,16 @@ def _tf() -> Any:
 # Every strategy object the course makes is constructed in this section, once each.
 
 
-def mirrored_cpus(n: int, needed_by: str = "This") -> Any:
+def mirrored_cpus(n: int, needed_by: str = "This", *, all_reduce: str = "tensorflow") -> Any:
     """A ``MirroredStrategy`` over ``/cpu:0`` ... ``/cpu:{n-1}``, printing nothing.
 
     The only place the course builds a ``MirroredStrategy`` over CPUs. It keeps TensorFlow's own
     cross-device ops (what ``tf.distribute.MirroredStrategy()`` gives: a collective all-reduce),
-    so the course meets the bugs a student's own code meets.
+    so the course meets the bugs a student's own code meets. ``all_reduce="one_device"`` passes
+    ``ReductionToOneDevice`` instead: only where a measurement says it must, namely ``Model.fit``
+    with ``steps_per_execution`` > 1, which fails with TensorFlow's collective all-reduce on
+    virtual CPUs (``INVALID_ARGUMENT: You must feed a value for placeholder tensor``, TF 2.21,
+    Keras 3.15). The same arguments again return the same strategy (see ``_CPU_STRATEGIES``).
 
     Before TensorFlow starts it splits the CPU into ``n`` virtual CPUs; afterwards it uses the
     first ``n`` of those TensorFlow has, and when there are fewer it raises
@@ -53,7 +57,25 @@ def mirrored_cpus(n: int, needed_by: str = "This") -> Any:
             f"its first cells call course_utils.use_virtual_cpus({n}) before anything else uses "
             "TensorFlow."
         )
-    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
+    if all_reduce not in ALL_REDUCES:
+        raise ConfigError(f"all_reduce must be one of {', '.join(ALL_REDUCES)}, not {all_reduce!r}.")
+    if (n, all_reduce) not in _CPU_STRATEGIES:
+        ops = tf.distribute.ReductionToOneDevice() if all_reduce == "one_device" else None
+        devices = [f"/cpu:{i}" for i in range(n)]
+        _CPU_STRATEGIES[n, all_reduce] = tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
+    return _CPU_STRATEGIES[n, all_reduce]
+
+
+#: ``tensorflow``: TensorFlow's own choice (a collective ring on CPUs); ``one_device``:
+#: ``ReductionToOneDevice``.
+ALL_REDUCES = ("tensorflow", "one_device")
+
+
+#: One MirroredStrategy per replica count and process. Every new MirroredStrategy numbers its
+#: collective all-reduces from the same keys, so two of them over the same devices can abort each
+#: other's collectives ("Collective instance 100 expected type ..."); re-running a cell or a check
+#: therefore gets the same strategy back.
+_CPU_STRATEGIES: dict[tuple[int, str], Any] = {}
 
 
 def mirrored_gpus(devices: Optional[list[str]] = None) -> Any:

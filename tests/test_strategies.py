@@ -232,3 +232,38 @@ def test_mirrored_cpus_uses_the_first_virtual_cpus() -> None:
         mirrored_cpus(3, needed_by="The demo")
     assert "The demo needs 3 replicas, but TensorFlow has 2 CPU devices" in str(info.value)
     assert "use_virtual_cpus(3)" in str(info.value)
+
+
+def test_mirrored_cpus_is_one_strategy_per_count_and_all_reduce() -> None:
+    """Two MirroredStrategy objects over the same devices number their collectives from the same
+    keys; the course hands back the one it made, so re-running a cell cannot make a second."""
+    from course_utils.strategies import mirrored_cpus
+
+    assert mirrored_cpus(2) is mirrored_cpus(2)
+    rotd = mirrored_cpus(2, all_reduce="one_device")
+    assert rotd is not mirrored_cpus(2)
+    assert course_utils.describe(rotd, show=False).cross_device_ops == "ReductionToOneDevice"
+    with pytest.raises(ConfigError, match="all_reduce must be one of"):
+        mirrored_cpus(2, all_reduce="nccl")
+
+
+@pytest.mark.xfail(strict=True, reason="Model.fit with steps_per_execution > 1 fails on a collective "
+                   "MirroredStrategy over virtual CPUs (TF 2.21, Keras 3.15): an upgrade that fixes it "
+                   "makes this test pass, and then the benchmark can drop ReductionToOneDevice")
+def test_fit_with_steps_per_execution_on_the_collective_strategy() -> None:
+    # In a fresh process: a failed collective aborts every later collective of its process.
+    result = run_python(
+        """
+        import course_utils, keras, numpy as np, tensorflow as tf
+        from course_utils.strategies import mirrored_cpus
+        course_utils.setup(show_report=False)
+        strategy = mirrored_cpus(2)
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+            model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                          steps_per_execution=4)
+        x, y = np.random.rand(256, 4).astype("float32"), np.random.randint(0, 2, 256)
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), epochs=1, verbose=0)
+        """
+    )
+    assert result.ok, result.last_error_line()
