@@ -141,9 +141,11 @@ def test_scaled_batch_and_lr_passes(capsys):
     "answer, hint",
     [
         (lambda p, r, lr, b: (p * r, lr * r), "scaled the learning rate by the number of replicas"),
-        (lambda p, r, lr, b: (p // r, lr * p / b), "should be 128 (per-replica batch x replicas)"),
+        (lambda p, r, lr, b: (p // r, lr * p / b), "should be 64 (per-replica batch x replicas)"),
         (lambda p, r, lr, b: (p * r / 1, lr * p * r / b), "should be an int"),
-        (lambda p, r, lr, b: (p * r, lr), "base_lr * global_batch / base_batch"),
+        # the rate kept as tuned on one device: the notebook's 2-replica run then learns less per epoch
+        (lambda p, r, lr, b: (p * r, lr), "you kept base_lr"),
+        (lambda p, r, lr, b: (p * r, lr * p * r / b * 1.5), "base_lr * global_batch / base_batch"),
         (lambda p, r, lr, b: [p * r, lr * p * r / b], "should return a tuple"),
     ],
 )
@@ -153,60 +155,70 @@ def test_scaled_batch_and_lr_mistakes(answer, hint):
     assert hint in message
 
 
-# --------------------------------------------------------------------------- LearningRateHistory
+# --------------------------------------------------------------------------- fit_split_prediction
+
+RIGHT_SPLIT = {"steps_per_epoch": 47, "last_step_per_replica": 56, "iterations": 47}
 
 
-def _callback_class(read, *, reset=True, when="end"):
-    import keras
-
-    class LearningRateHistory(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.rates = []
-
-        def on_train_begin(self, logs=None):
-            if reset:
-                self.rates = []
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.rates.append(read(self.model.optimizer))
-
-    return LearningRateHistory
-
-
-RIGHT_READ = lambda optimizer: float(optimizer.learning_rate.numpy())  # noqa: E731
-
-
-def test_learning_rate_history_passes(capsys):
-    ex.check_learning_rate_history(_callback_class(RIGHT_READ))
-    assert "[pass] learning_rate_history" in capsys.readouterr().out
+def test_fit_split_prediction_passes(capsys):
+    ex.check_fit_split_prediction(dict(RIGHT_SPLIT))
+    out = capsys.readouterr().out
+    assert "[pass] fit_split_prediction" in out
+    # measured on 2 replicas next to one device, and printed
+    assert "2 replicas: global batch 128, 47 steps, last step 56 + 56 examples, optimizer.iterations = 47" in out
+    assert "one device: global batch  64, 94 steps, last step 48 examples, optimizer.iterations = 94" in out
 
 
 @pytest.mark.parametrize(
-    "callback, hint",
+    "change, hint",
     [
-        (lambda: _callback_class(lambda o: float(o.lr.numpy())), "no `.lr` attribute"),
-        (lambda: _callback_class(lambda o: float(o.learning_rate)), "works on one replica but fails on two"),
-        (lambda: _callback_class(lambda o: o.learning_rate), "Record Python floats"),
-        (lambda: _callback_class(lambda o: o.learning_rate.numpy()), "Record Python floats"),
-        (lambda: _callback_class(RIGHT_READ, reset=False), "start a new list in on_train_begin"),
-        (lambda: _callback_class(lambda o: 1e-3), "The recorded rates should be"),
+        # batched with the per-replica batch, as on one device
+        (dict(steps_per_epoch=94), "is the one-device count"),
+        (dict(steps_per_epoch=46), "round up"),
+        # the last batch not split
+        (dict(last_step_per_replica=112), "is the whole last batch"),
+        # the last batch assumed full
+        (dict(last_step_per_replica=64), "the last batch is shorter"),
+        # each replica counted its own step
+        (dict(iterations=94), "counts every replica's step"),
+        (dict(iterations=1), "goes up by one per step of fit"),
     ],
 )
-def test_learning_rate_history_mistakes(callback, hint):
-    message = _hint(ex.check_learning_rate_history, callback())
-    assert message.startswith("Exercise learning_rate_history:")
+def test_fit_split_prediction_mistakes(change, hint):
+    message = _hint(ex.check_fit_split_prediction, {**RIGHT_SPLIT, **change})
+    assert message.startswith("Exercise fit_split_prediction:")
     assert hint in message
 
 
-def test_learning_rate_history_without_list():
-    import keras
+@pytest.mark.parametrize(
+    "prediction, hint",
+    [
+        (None, "Return a dict"),
+        ({"steps": 47}, "Return a dict"),
+        ({**RIGHT_SPLIT, "iterations": 47.0}, "whole number"),
+    ],
+)
+def test_fit_split_prediction_malformed(prediction, hint):
+    assert hint in _hint(ex.check_fit_split_prediction, prediction)
 
-    class NoList(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            pass
 
-    assert "self.rates" in _hint(ex.check_learning_rate_history, NoList)
+def test_fit_split_prediction_takes_the_notebooks_function(capsys):
+    ex.check_fit_split_prediction(lambda: dict(RIGHT_SPLIT))
+    assert "[pass] fit_split_prediction" in capsys.readouterr().out
+
+
+def test_fit_split_prediction_unfinished():
+    def predict_split():
+        raise NotImplementedError("Exercise fit_split_prediction: replace this line with your code")
+
+    assert "is not done yet" in _hint(ex.check_fit_split_prediction, predict_split)
+
+
+def test_split_question_has_a_short_last_batch():
+    # The exercise is only interesting when the last global batch is short and splits evenly.
+    global_batch = 2 * ex.SPLIT_PER_REPLICA
+    assert ex.SPLIT_EXAMPLES % global_batch not in (0, ex.SPLIT_PER_REPLICA)
+    assert (ex.SPLIT_EXAMPLES % global_batch) % 2 == 0
 
 
 # --------------------------------------------------------------------------- latest_checkpoint

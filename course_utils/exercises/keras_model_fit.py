@@ -3,8 +3,9 @@
 * :func:`check_fit_distributed` - a single-device ``fit`` script made distributed: trained on 2
   replicas, it must match the single-device script run on the global batch, weight for weight.
 * :func:`check_scaled_batch_and_lr` - the global batch and the linearly scaled learning rate.
-* :func:`check_learning_rate_history` - a callback recording the learning rate of every epoch,
-  run under a 2-replica ``MirroredStrategy`` (where ``float(optimizer.learning_rate)`` fails).
+* :func:`check_fit_split_prediction` - predict, then run: steps per epoch, the examples each replica
+  gets in the last step, and ``optimizer.iterations`` after one epoch on 2 replicas, measured on 2
+  replicas next to one device.
 * :func:`check_latest_checkpoint` - the newest ``.weights.h5`` file by epoch number, the job
   ``tf.train.latest_checkpoint`` did for Keras 2's checkpoints.
 """
@@ -28,17 +29,37 @@ CHECK_EXAMPLES = 512
 CHECK_PER_REPLICA_BATCH = 32
 
 
+_TWO: list[Any] = []
+
+
 def _two_replicas() -> Any:
-    """A MirroredStrategy over 2 virtual CPUs, or None when TensorFlow has only one CPU device."""
+    """One MirroredStrategy over 2 virtual CPUs for every check of this module, or None when
+    TensorFlow has only one CPU device.
+
+    One object, not one per check: TensorFlow numbers the collective all-reduces of every
+    ``MirroredStrategy`` from the same keys, so two objects over the same CPUs that train
+    different models in one process abort with "Shape mismatch in the collective instance".
+    """
     from ..devices import cpu_count
     from ..strategies import mirrored_cpus
 
     if cpu_count() < 2:
         return None
-    return mirrored_cpus(2)
+    if not _TWO:
+        _TWO.append(mirrored_cpus(2))
+    return _TWO[0]
 
 
-def _need_two_replicas(exercise_id: str) -> Any:
+def _need_two_replicas(exercise_id: str, strategy: Any = None) -> Any:
+    """The strategy a check compares with one device: ``strategy`` (the notebook's own
+    2-replica strategy, so that one process holds one such object) or this module's."""
+    if strategy is not None:
+        expect(
+            strategy.num_replicas_in_sync == 2,
+            f"Pass the notebook's 2-replica strategy `two` to this check (it has "
+            f"{strategy.num_replicas_in_sync} replicas).",
+        )
+        return strategy
     strategy = _two_replicas()
     expect(
         strategy is not None,
@@ -85,7 +106,7 @@ def _iterations(model: Any) -> int:
     return int(np.asarray(model.optimizer.iterations.numpy()))
 
 
-def check_fit_distributed(fit_distributed: Callable[..., Any]) -> None:
+def check_fit_distributed(fit_distributed: Callable[..., Any], strategy: Any = None) -> None:
     """``fit_distributed(strategy, images, labels, per_replica_batch, epochs)`` on 2 replicas.
 
     It must return the trained model, built and compiled in ``strategy.scope()``, trained on
@@ -96,7 +117,7 @@ def check_fit_distributed(fit_distributed: Callable[..., Any]) -> None:
 
     exercise_id = "fit_distributed"
     with exercise(exercise_id):
-        strategy = _need_two_replicas(exercise_id)
+        strategy = _need_two_replicas(exercise_id, strategy)
         images, labels = _check_images()
         per_replica, epochs = CHECK_PER_REPLICA_BATCH, 1
         global_batch = per_replica * strategy.num_replicas_in_sync
@@ -190,6 +211,7 @@ def check_scaled_batch_and_lr(scaled_batch_and_lr: Callable[[int, int, float, in
     exercise_id = "scaled_batch_and_lr"
     cases = [
         # per replica, replicas, base lr, base batch -> global batch, learning rate
+        (32, 2, 0.05, 32, 64, 0.1),  # the notebook's run: 2 replicas of 32, tuned on one device at 32
         (64, 1, 1e-3, 64, 64, 1e-3),
         (64, 2, 1e-3, 64, 128, 2e-3),
         (32, 4, 0.1, 256, 128, 0.05),
@@ -215,6 +237,13 @@ def check_scaled_batch_and_lr(scaled_batch_and_lr: Callable[[int, int, float, in
                 f"{call}: the global batch should be {want_batch} (per-replica batch x replicas), "
                 f"got {batch}.",
             )
+            if want_batch != base_batch and math.isclose(float(rate), base_lr):
+                expect(
+                    False,
+                    f"{call}: you kept base_lr. The global batch is {want_batch / base_batch:g}x the "
+                    f"batch base_lr was tuned for, so an epoch takes {want_batch / base_batch:g}x fewer "
+                    "steps, each as long as before: the model moves less per epoch.",
+                )
             if base_batch != per_replica and math.isclose(float(rate), base_lr * replicas):
                 expect(
                     False,
@@ -232,103 +261,113 @@ def check_scaled_batch_and_lr(scaled_batch_and_lr: Callable[[int, int, float, in
     passed(exercise_id, "global batch = per replica x replicas; rate scaled by global / base batch.")
 
 
-# --------------------------------------------------------------------------- LearningRateHistory
+# --------------------------------------------------------------------------- fit_split_prediction
+
+#: The question of the predict-then-run exercise: one epoch of ``fit`` over this many examples,
+#: with this many examples per replica, on 2 replicas (the training set with ``COURSE_FAST=1``).
+SPLIT_EXAMPLES = 6000
+SPLIT_PER_REPLICA = 64
+SPLIT_KEYS = ("steps_per_epoch", "last_step_per_replica", "iterations")
 
 
-def _tiny_model(strategy: Any) -> Any:
+def measure_fit_split(strategy: Any, examples: int = SPLIT_EXAMPLES,
+                      per_replica: int = SPLIT_PER_REPLICA) -> dict[str, Any]:
+    """One epoch of ``fit`` on ``strategy``: steps, the examples each replica got in the last
+    step (from the distributed dataset ``fit`` iterates), and ``optimizer.iterations`` after it."""
     import keras
+    import tensorflow as tf
 
+    global_batch = per_replica * strategy.num_replicas_in_sync
+    x = np.zeros((examples, 4), np.float32)
+    y = np.zeros((examples,), np.int64)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch)
+    steps, last = 0, []
+    for images, _ in strategy.experimental_distribute_dataset(dataset):
+        steps += 1
+        last = [int(part.shape[0]) for part in strategy.experimental_local_results(images)]
     with strategy.scope():
-        model = keras.Sequential(
-            [keras.Input((8,)), keras.layers.Dense(4, kernel_initializer=keras.initializers.Zeros())]
-        )
-        model.compile(
-            optimizer=keras.optimizers.SGD(0.1),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        )
-    return model
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        model.compile(optimizer=keras.optimizers.SGD(0.01),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(dataset, epochs=1, verbose=0)
+    return {"global_batch": global_batch, "steps_per_epoch": steps, "last_step": last,
+            "last_step_per_replica": last[0], "iterations": _iterations(model)}
 
 
-def _run_with_callback(callback: Any, model: Any, epochs: int) -> None:
-    import keras
+def check_fit_split_prediction(prediction: Any, strategy: Any = None) -> None:
+    """``prediction`` (a dict, or a function returning it): the steps per epoch, the examples each replica gets in the last step, and
+    ``optimizer.iterations`` after one epoch, for 6,000 examples, 64 per replica, on 2 replicas.
+    The check measures them on 2 replicas (``strategy``, or this module's) and on one device,
+    prints both, then compares."""
+    import tensorflow as tf
 
-    from ..callbacks import three_phase_decay
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(32, 8)).astype("float32")
-    y = rng.integers(0, 4, size=32)
-    schedule = keras.callbacks.LearningRateScheduler(three_phase_decay(3))
-    model.fit(x, y, batch_size=16, epochs=epochs, verbose=0, callbacks=[schedule, callback])
-
-
-def check_learning_rate_history(callback_class: type) -> None:
-    """``callback_class()`` records one float learning rate per epoch in ``.rates``, per fit."""
-    import keras
-
-    from ..callbacks import three_phase_decay
-
-    exercise_id = "learning_rate_history"
+    exercise_id = "fit_split_prediction"
     with exercise(exercise_id):
-        strategy = _need_two_replicas(exercise_id)
-        callback = callback_class()
+        if callable(prediction):  # predict_split, the notebook's function
+            prediction = prediction()
         expect(
-            isinstance(callback, keras.callbacks.Callback),
-            f"{callback_class.__name__} should subclass keras.callbacks.Callback.",
-        )
-        model = _tiny_model(strategy)
-        try:
-            _run_with_callback(callback, model, epochs=3)
-        except AttributeError as error:
-            if "'lr'" in str(error):
-                expect(
-                    False,
-                    "Keras 3 optimizers have no `.lr` attribute (Keras 2's alias is gone): read "
-                    "`self.model.optimizer.learning_rate`.",
-                )
-            raise
-        except TypeError as error:
-            if "MirroredVariable" in str(error) or "DistributedVariable" in str(error):
-                expect(
-                    False,
-                    "float(self.model.optimizer.learning_rate) works on one replica but fails on "
-                    "two: the variable behind it is a MirroredVariable. Convert with "
-                    "`.numpy()` first: float(self.model.optimizer.learning_rate.numpy()).",
-                )
-            raise
-        rates = getattr(callback, "rates", None)
-        expect(
-            isinstance(rates, list),
-            "After fit, the callback should have a list `self.rates` (create it in on_train_begin: "
-            "self.rates = []).",
-        )
-        want = three_phase_decay(3).rates_for(3)
-        expect(
-            len(rates) == 3,
-            f"After 3 epochs, self.rates should hold 3 rates (one per epoch), got {len(rates)}: "
-            f"{rates!r}. Append one value in on_epoch_end.",
+            isinstance(prediction, dict) and set(prediction) == set(SPLIT_KEYS),
+            f"Return a dict with the keys {', '.join(SPLIT_KEYS)} (three whole numbers), "
+            f"got {prediction!r}.",
         )
         expect(
-            all(isinstance(rate, float) for rate in rates),
-            "Record Python floats, not variables, tensors or NumPy scalars (got "
-            f"{', '.join(type(r).__name__ for r in rates)}): a variable would change after you "
-            "read it. Use float(self.model.optimizer.learning_rate.numpy()).",
+            all(isinstance(prediction[k], (int, np.integer)) and not isinstance(prediction[k], bool)
+                for k in SPLIT_KEYS),
+            "Each prediction is a whole number (an int): "
+            + ", ".join(f"{k}={prediction[k]!r}" for k in SPLIT_KEYS) + ".",
         )
-        expect_close(
-            rates,
-            want,
-            "The recorded rates should be the ones LearningRateScheduler set for each epoch "
-            "(1e-3, 1e-4, 1e-5 with a three-phase decay over 3 epochs): read the optimizer's "
-            "learning_rate at the end of the epoch",
-            rtol=1e-6,
-            atol=0.0,
-        )
-        _run_with_callback(callback, model, epochs=2)  # the same model again: no new tracing
+        strategy = _need_two_replicas(exercise_id, strategy)
+        one = measure_fit_split(tf.distribute.OneDeviceStrategy("/cpu:0"))
+        two = measure_fit_split(strategy)
+        for name, got in [("one device", one), ("2 replicas", two)]:
+            print(f"{name:>10}: global batch {got['global_batch']:>3}, {got['steps_per_epoch']} steps, "
+                  f"last step {' + '.join(map(str, got['last_step']))} examples, "
+                  f"optimizer.iterations = {got['iterations']}")
+        steps, per_replica, iterations = (prediction[k] for k in SPLIT_KEYS)
         expect(
-            len(callback.rates) == 2,
-            f"Used for a second fit of 2 epochs, the callback holds {len(callback.rates)} rates: "
-            "start a new list in on_train_begin so that each fit records only its own epochs.",
+            steps != one["steps_per_epoch"],
+            f"steps_per_epoch={steps} is the one-device count. On 2 replicas each step of fit takes a "
+            f"global batch of {SPLIT_PER_REPLICA} x 2 = {two['global_batch']} examples, so the epoch "
+            "has about half as many steps.",
         )
-    passed(exercise_id, "one float per epoch on 2 replicas, [0.001, 0.0001, 1e-05], a new list per fit.")
+        expect(
+            steps == two["steps_per_epoch"],
+            f"steps_per_epoch={steps}, measured {two['steps_per_epoch']}: {SPLIT_EXAMPLES:,} examples "
+            f"in global batches of {two['global_batch']}, the last one shorter (round up).",
+        )
+        last_batch = sum(two["last_step"])
+        expect(
+            per_replica != last_batch,
+            f"last_step_per_replica={per_replica} is the whole last batch. fit splits every batch, "
+            "the short last one too, evenly over the replicas.",
+        )
+        expect(
+            per_replica != SPLIT_PER_REPLICA,
+            f"last_step_per_replica={per_replica}: the last batch is shorter than a full global batch "
+            f"({SPLIT_EXAMPLES:,} is not a multiple of {two['global_batch']}); what is left is split.",
+        )
+        expect(
+            per_replica == two["last_step_per_replica"],
+            f"last_step_per_replica={per_replica}, measured {two['last_step']} (replica 0, replica 1): "
+            f"the last batch holds {last_batch} examples, split over 2 replicas.",
+        )
+        expect(
+            iterations != 2 * two["steps_per_epoch"],
+            f"iterations={iterations} counts every replica's step. optimizer.iterations is one "
+            "mirrored counter: each step all-reduces the gradients and applies ONE update to every "
+            "copy, so it counts global steps.",
+        )
+        expect(
+            iterations == two["iterations"],
+            f"iterations={iterations}, measured {two['iterations']}: optimizer.iterations goes up "
+            "by one per step of fit (one all-reduced update).",
+        )
+    passed(
+        exercise_id,
+        f"on 2 replicas: {two['steps_per_epoch']} steps of {two['global_batch']}, the last split "
+        f"{' + '.join(map(str, two['last_step']))}, optimizer.iterations = {two['iterations']} "
+        f"(one device: {one['steps_per_epoch']}).",
+    )
 
 
 # --------------------------------------------------------------------------- latest_checkpoint
