@@ -62,7 +62,15 @@ def mirrored_cpus(n: int, needed_by: str = "This", *, all_reduce: str = "tensorf
     if (n, all_reduce) not in _CPU_STRATEGIES:
         ops = tf.distribute.ReductionToOneDevice() if all_reduce == "one_device" else None
         devices = [f"/cpu:{i}" for i in range(n)]
-        _CPU_STRATEGIES[n, all_reduce] = tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
+        # Keys of its own, as TensorFlow's tests do, so that a MirroredStrategy a notebook cell
+        # makes itself (keys from 0) cannot collide with the course's.
+        cls = tf.distribute.MirroredStrategy
+        saved = cls._collective_key_base
+        cls._collective_key_base = saved + 100_000 * (len(_CPU_STRATEGIES) + 1)
+        try:
+            _CPU_STRATEGIES[n, all_reduce] = cls(devices, cross_device_ops=ops)
+        finally:
+            cls._collective_key_base = saved
     return _CPU_STRATEGIES[n, all_reduce]
 
 
@@ -73,8 +81,9 @@ ALL_REDUCES = ("tensorflow", "one_device")
 
 #: One MirroredStrategy per replica count and process. Every new MirroredStrategy numbers its
 #: collective all-reduces from the same keys, so two of them over the same devices can abort each
-#: other's collectives ("Collective instance 100 expected type ..."); re-running a cell or a check
-#: therefore gets the same strategy back.
+#: other's collectives ("Collective instance 100 expected type ...", "Shape mismatch in the
+#: collective instance 100"), and every later collective of the process with them; re-running a
+#: cell or a check therefore gets the same strategy back, with keys no other strategy uses.
 _CPU_STRATEGIES: dict[tuple[int, str], Any] = {}
 
 
