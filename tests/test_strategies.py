@@ -267,3 +267,24 @@ def test_fit_with_steps_per_execution_on_the_collective_strategy() -> None:
         """
     )
     assert result.ok, result.last_error_line()
+
+
+def test_the_courses_strategy_and_a_students_own_do_not_share_collective_keys() -> None:
+    """Two MirroredStrategy objects over the same CPUs: with TensorFlow's default keys the second
+    all-reduce of another shape aborts; the course's strategy has keys of its own."""
+    code = """
+        import sys, course_utils, tensorflow as tf
+        from course_utils.strategies import mirrored_cpus
+        course_utils.setup(show_report=False)
+        own = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        other = mirrored_cpus(2) if sys.argv[-1] == "course" else tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        def three(): return tf.distribute.get_replica_context().all_reduce("sum", tf.ones([3]))
+        def ten(): return tf.distribute.get_replica_context().all_reduce("sum", tf.ones([5, 2]))
+        tf.function(lambda: own.run(three))()
+        tf.function(lambda: other.run(ten))()
+        print("no clash")
+        """
+    course = run_python(code.replace('sys.argv[-1] == "course"', "True"))
+    assert course.ok and course.stdout.strip() == "no clash", course.last_error_line()
+    plain = run_python(code.replace('sys.argv[-1] == "course"', "False"))
+    assert not plain.ok and "collective instance" in plain.stderr.lower()
