@@ -234,23 +234,54 @@ def plot_ring_allreduce(replicas: int = 4) -> Any:
             for c in range(n):
                 k = int(step.contributions[d, c])
                 face = cmap((k - 1) / max(n - 1, 1))
-                ax.add_patch(Rectangle((x0 + c * w, y), w * 0.92, 0.6, facecolor=face, edgecolor="black", lw=0.6))
-                ax.text(x0 + c * w + w * 0.46, y + 0.3, str(k), ha="center", va="center", fontsize=7,
-                        color="white" if k > n / 2 else "black")
+                ax.add_patch(
+                    Rectangle((x0 + c * w, y), w * 0.92, 0.6, facecolor=face, edgecolor="black", lw=0.6)
+                )
+                ax.text(
+                    x0 + c * w + w * 0.46,
+                    y + 0.3,
+                    str(k),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if k > n / 2 else "black",
+                )
             c = step.sent_chunk[d]
             if c is not None:  # the chunk this device sent in this step: outlined in orange
-                ax.add_patch(Rectangle((x0 + c * w, y), w * 0.92, 0.6, fill=False, edgecolor="tab:orange", lw=2.2))
+                ax.add_patch(
+                    Rectangle((x0 + c * w, y), w * 0.92, 0.6, fill=False, edgecolor="tab:orange", lw=2.2)
+                )
                 if d < n - 1:
-                    ax.add_patch(FancyArrowPatch((x0 + 1.33, y + 0.3), (x0 + 1.87, y + 0.3),
-                                                 arrowstyle="-|>", mutation_scale=9, color="tab:orange"))
+                    ax.add_patch(
+                        FancyArrowPatch(
+                            (x0 + 1.33, y + 0.3),
+                            (x0 + 1.87, y + 0.3),
+                            arrowstyle="-|>",
+                            mutation_scale=9,
+                            color="tab:orange",
+                        )
+                    )
         if step.phase != "start" and n > 1:
             x_end = 1.9 * (n - 1) + 1.33
-            ax.add_patch(FancyArrowPatch((x_end, y + 0.3), (x_end + 0.35, y + 0.3),
-                                         arrowstyle="-|>", mutation_scale=9, color="tab:orange"))
-            ax.text(x_end + 0.4, y + 0.3, "to device 0", ha="left", va="center", fontsize=7, color="tab:orange")
-    ax.text(-2.2, -len(steps) + 0.05,
-            "number in a chunk = how many devices' gradients it already sums; orange = sent to the right neighbour",
-            fontsize=8, va="center")
+            ax.add_patch(
+                FancyArrowPatch(
+                    (x_end, y + 0.3),
+                    (x_end + 0.35, y + 0.3),
+                    arrowstyle="-|>",
+                    mutation_scale=9,
+                    color="tab:orange",
+                )
+            )
+            ax.text(
+                x_end + 0.4, y + 0.3, "to device 0", ha="left", va="center", fontsize=7, color="tab:orange"
+            )
+    ax.text(
+        -2.2,
+        -len(steps) + 0.05,
+        "number in a chunk = how many devices' gradients it already sums; orange = sent to the right neighbour",
+        fontsize=8,
+        va="center",
+    )
     return fig
 
 

@@ -68,9 +68,7 @@ class StepDecay:
         return [self(epoch) for epoch in range(epochs)]
 
 
-def three_phase_decay(
-    epochs: int = TUTORIAL_EPOCHS, rates: Sequence[float] = TUTORIAL_RATES
-) -> StepDecay:
+def three_phase_decay(epochs: int = TUTORIAL_EPOCHS, rates: Sequence[float] = TUTORIAL_RATES) -> StepDecay:
     """The tutorial's three-phase decay, with its boundaries scaled to ``epochs``.
 
     The tutorial switches after 3/12 and 7/12 of its 12 epochs; here the boundaries are those

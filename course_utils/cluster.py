@@ -71,7 +71,9 @@ _NOISE = re.compile(
     r"^(?:[IWEF]\d{4} [\d:. ]+\d+ [\w.]+:\d+\]|WARNING: All log messages before absl|"
     r"WARNING:tensorflow:|WARNING:absl:|\S+\.py:\d+: \w*Warning:)"
 )
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$")
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$"
+)
 
 # Every task process ever started from this interpreter (for leftover_processes()).
 _STARTED: list[int] = []
@@ -441,7 +443,11 @@ class LocalCluster:
         self._killed = set()
         self._started_at = time.monotonic()
         self._deadline = self._started_at + self.timeout
-        base_env = {k: v for k, v in os.environ.items() if k not in {"COURSE_STRATEGY", "COURSE_REPLICAS", "TF_CONFIG"}}
+        base_env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in {"COURSE_STRATEGY", "COURSE_REPLICAS", "TF_CONFIG"}
+        }
         python_path = os.pathsep.join(p for p in (_package_root(), base_env.get("PYTHONPATH", "")) if p)
         with _RUNNING_LOCK:
             _RUNNING.add(self)
@@ -494,7 +500,9 @@ class LocalCluster:
                 reader.start()
                 task.readers.append(reader)
         if self.announce:
-            kinds = ", ".join(f"{len(v)} {k}{'s' if len(v) != 1 and k != 'ps' else ''}" for k, v in self.cluster.items())
+            kinds = ", ".join(
+                f"{len(v)} {k}{'s' if len(v) != 1 and k != 'ps' else ''}" for k, v in self.cluster.items()
+            )
             print(
                 f"[cluster] started {kinds} as separate processes on this machine "
                 f"({'TF_CONFIG written for each, ' if self.tf_config else ''}free ports picked at random)"
@@ -560,7 +568,7 @@ class LocalCluster:
             return
         if line.startswith(RESULT_MARKER):
             try:
-                task.log.data.update(json.loads(line[len(RESULT_MARKER):]))
+                task.log.data.update(json.loads(line[len(RESULT_MARKER) :]))
             except json.JSONDecodeError:
                 pass
             return
@@ -599,7 +607,7 @@ class LocalCluster:
         if not self.verbose or self.stream == "none":
             return
         for name, task in self._tasks.items():
-            for line in task.log.lines[self._printed[name]:]:
+            for line in task.log.lines[self._printed[name] :]:
                 print(self._format(name, line), flush=True)
             self._printed[name] = len(task.log.lines)
 
@@ -712,7 +720,11 @@ class LocalCluster:
         codes = {t.log.returncode for t in self._tasks.values()}
         if codes == {0}:
             n = len(self._tasks)
-            return "exit code 0" if n == 1 else ("both tasks" if n == 2 else f"all {n} tasks") + " exited with code 0"
+            return (
+                "exit code 0"
+                if n == 1
+                else ("both tasks" if n == 2 else f"all {n} tasks") + " exited with code 0"
+            )
         return ", ".join(f"{n}: {t.log.how_it_ended()}" for n, t in self._tasks.items())
 
     def _drain(self, task: _Task, seconds: float = 1.0) -> None:

@@ -45,9 +45,7 @@ def parse_kind(value: Optional[str]) -> str:
         return "auto"
     kind = value.strip().lower().replace("-", "_")
     if kind not in STRATEGY_KINDS:
-        raise ConfigError(
-            f"Unknown strategy {value!r}. Choose one of: {', '.join(STRATEGY_KINDS)}."
-        )
+        raise ConfigError(f"Unknown strategy {value!r}. Choose one of: {', '.join(STRATEGY_KINDS)}.")
     return kind
 
 

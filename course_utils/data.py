@@ -139,9 +139,7 @@ def _from_keras(name: str) -> tuple[np.ndarray, ...]:
 def _from_tfds(name: str) -> tuple[np.ndarray, ...]:
     import tensorflow_datasets as tfds
 
-    train, test = tfds.as_numpy(
-        tfds.load(name, split=["train", "test"], batch_size=-1, as_supervised=True)
-    )
+    train, test = tfds.as_numpy(tfds.load(name, split=["train", "test"], batch_size=-1, as_supervised=True))
     return train[0], train[1].astype(np.int64), test[0], test[1].astype(np.int64)
 
 
@@ -155,7 +153,6 @@ def _load(name: str, classes: tuple[str, ...], fast: Optional[bool], quiet: bool
     env = settings()
     fast = env.fast if fast is None else fast
     sizes = FAST_SIZES if fast else FULL_SIZES
-    pretty = _PRETTY[name]
     arrays: Optional[tuple[np.ndarray, ...]] = None
     source = ""
     reason = ""

@@ -80,9 +80,7 @@ class UpdateFactor:
 
     def summary(self) -> str:
         """One line: the factor, what the step reported as its loss, and any mismatch."""
-        text = (
-            f"update on {self.replicas} replicas = {self.factor:.2f}x the single-device update"
-        )
+        text = f"update on {self.replicas} replicas = {self.factor:.2f}x the single-device update"
         if self.mismatch > MISMATCH_TOLERANCE:
             percent = 100 * self.mismatch
             text += f", and differs in direction too ({percent:.1f}% mismatch)"

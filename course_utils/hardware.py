@@ -268,7 +268,4 @@ def describe_choice(plan: HardwarePlan, strategy: Any) -> str:
         where = "the TPU's cores"
     elif not where:
         where = "CPU:0"
-    return (
-        f"{strategy_name(strategy)} with {replicas} replica{'s' if replicas != 1 else ''} "
-        f"on {where}"
-    )
+    return f"{strategy_name(strategy)} with {replicas} replica{'s' if replicas != 1 else ''} on {where}"

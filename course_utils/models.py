@@ -56,7 +56,9 @@ def keras_tutorial_cnn(seed: Optional[int] = None, num_classes: int = 10) -> Any
     )
 
 
-def tutorial_train_step(model: Any, optimizer: Any, accuracy: Any, global_batch_size: int) -> Callable[[Any], Any]:
+def tutorial_train_step(
+    model: Any, optimizer: Any, accuracy: Any, global_batch_size: int
+) -> Callable[[Any], Any]:
     """The right per-replica step (the tutorial's), in the factory form the exercises use."""
     from .runtime import import_tensorflow
 

@@ -78,9 +78,7 @@ def run_python(
             pass
         process.communicate()
         if isinstance(error, subprocess.TimeoutExpired):
-            raise CourseError(
-                f"The process did not finish within {timeout:.0f} s and was stopped."
-            ) from None
+            raise CourseError(f"The process did not finish within {timeout:.0f} s and was stopped.") from None
         raise
     return ProcessResult(process.returncode, stdout, stderr)
 

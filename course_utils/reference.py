@@ -31,7 +31,6 @@ import numpy as np
 
 from .models import tutorial_train_step  # noqa: F401 - the right step, compared with here (notebook 04)
 
-
 #: Replicas of the checking strategy, examples in the check batch, and the step's settings.
 CHECK_REPLICAS = 2
 CHECK_BATCH = 16
@@ -62,9 +61,7 @@ def checking_strategy(replicas: int = CHECK_REPLICAS) -> Any:
     """
     from .strategies import mirrored_cpus
 
-    return mirrored_cpus(
-        replicas, needed_by="The check (your step on several replicas against one device)"
-    )
+    return mirrored_cpus(replicas, needed_by="The check (your step on several replicas against one device)")
 
 
 def check_batch(size: int = CHECK_BATCH, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -149,7 +146,9 @@ def step_with_loss(loss_fn: Callable[[Any, Any, Any, int], Any]) -> TrainStepFac
     ``loss_fn(labels, logits, model_losses, global_batch_size)``: to try a loss under a strategy."""
     tf = _tf()
 
-    def make_train_step(model: Any, optimizer: Any, accuracy: Any, global_batch_size: int) -> Callable[[Any], Any]:
+    def make_train_step(
+        model: Any, optimizer: Any, accuracy: Any, global_batch_size: int
+    ) -> Callable[[Any], Any]:
         def train_step(inputs: Any) -> Any:
             images, labels = inputs
             with tf.GradientTape() as tape:

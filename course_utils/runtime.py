@@ -121,9 +121,7 @@ def report(*, show: bool = True) -> str:
     ]
     width = max(len(k) for k, _ in rows)
     rule = "-" * 72
-    text = "\n".join(
-        ["runtime report " + rule[15:]] + [f"{k:<{width}}  {v}" for k, v in rows] + [rule]
-    )
+    text = "\n".join(["runtime report " + rule[15:]] + [f"{k:<{width}}  {v}" for k, v in rows] + [rule])
     warning = check_versions(tf.__version__, keras.__version__)
     if show:
         print(text)

@@ -228,9 +228,7 @@ def _announce(strategy: Any, note: str = "") -> None:
     print(line + (f" ({note})" if note else ""))
 
 
-def get_strategy(
-    kind: Optional[str] = None, replicas: Optional[int] = None, *, verbose: bool = True
-) -> Any:
+def get_strategy(kind: Optional[str] = None, replicas: Optional[int] = None, *, verbose: bool = True) -> Any:
     """Return the strategy the course should use here, and print one line saying which.
 
     ``kind`` and ``replicas`` default to ``COURSE_STRATEGY`` (``auto``) and ``COURSE_REPLICAS``.

@@ -20,11 +20,9 @@ reproduces itself under any CI strategy.
 from __future__ import annotations
 
 import json
-import os
-import textwrap
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 #: Examples per step across all replicas, and steps per probe: enough to trace, run and apply
 #: real updates, small enough that a probe costs about a second.
@@ -211,14 +209,12 @@ def run_multi_worker(workers: int = 2, timeout: float = 240.0) -> dict[str, Any]
     :func:`custom_loop_probe`, then :func:`fit_probe`. Returns ``{"replicas": n, "custom_loop":
     Outcome, "fit": Outcome, "agree": bool}``; ``agree`` says every worker saw the same outcomes.
     """
-    from .processes import run_python
-
     from .cluster import cluster_spec, make_tf_config
+    from .processes import run_python
 
     spec = cluster_spec(workers=workers)
     envs = [
-        {"TF_CONFIG": json.dumps(make_tf_config(spec, "worker", i)), **_PLAIN_CPU}
-        for i in range(workers)
+        {"TF_CONFIG": json.dumps(make_tf_config(spec, "worker", i)), **_PLAIN_CPU} for i in range(workers)
     ]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(run_python, _MULTI_WORKER_SCRIPT, env=env, timeout=timeout) for env in envs]

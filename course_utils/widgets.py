@@ -27,8 +27,16 @@ from . import simulation as sim
 
 #: Colours of replicas 0, 1, 2, ... (tab10, so they match matplotlib's defaults).
 REPLICA_COLORS = [
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
 ]
 
 #: Slider ranges of the explorer.
@@ -79,18 +87,38 @@ def data_parallelism_picture(replicas: int = 3, examples_per_replica: int = 4) -
     ax.axis("off")
 
     def box(x, y, w, h, text, face="white", edge="black", size=9, weight="normal"):
-        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.04", facecolor=face, edgecolor=edge, lw=1.2))
+        ax.add_patch(
+            FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.04", facecolor=face, edgecolor=edge, lw=1.2)
+        )
         ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size, weight=weight)
 
     def arrow(a, b, color="black", ls="-", bend=0.0):
-        ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=12, color=color, lw=1.3,
-                                     linestyle=ls, connectionstyle=f"arc3,rad={bend}"))
+        ax.add_patch(
+            FancyArrowPatch(
+                a,
+                b,
+                arrowstyle="-|>",
+                mutation_scale=12,
+                color=color,
+                lw=1.3,
+                linestyle=ls,
+                connectionstyle=f"arc3,rad={bend}",
+            )
+        )
 
     # 1. the global batch, one colour per slice
     total = n * per
     cell = min(0.32, (height - 1.05) / total)
     top = height - 0.75
-    ax.text(0.75, height - 0.35, f"global batch\n{total} examples", ha="center", va="center", fontsize=9, weight="bold")
+    ax.text(
+        0.75,
+        height - 0.35,
+        f"global batch\n{total} examples",
+        ha="center",
+        va="center",
+        fontsize=9,
+        weight="bold",
+    )
     centers = []
     for r in range(n):
         for e in range(per):
@@ -102,7 +130,11 @@ def data_parallelism_picture(replicas: int = 3, examples_per_replica: int = 4) -
     rows = [height - 1.05 - r * 1.35 for r in range(n)]
     for r in range(n):
         y = rows[r] - 0.5
-        ax.add_patch(FancyBboxPatch((2.3, y - 0.05), 4.4, 1.05, boxstyle="round,pad=0.04", facecolor="#f4f4f4", edgecolor="gray"))
+        ax.add_patch(
+            FancyBboxPatch(
+                (2.3, y - 0.05), 4.4, 1.05, boxstyle="round,pad=0.04", facecolor="#f4f4f4", edgecolor="gray"
+            )
+        )
         ax.text(2.4, y + 0.9, f"device {r}  (replica {r})", fontsize=8, color="dimgray", va="center")
         box(2.45, y + 0.1, 1.15, 0.6, f"slice {r}\n{per} examples", face=_color(r), size=8)
         box(3.95, y + 0.1, 1.15, 0.6, "model w\n(same copy)", face="#fff7d6", size=8)
@@ -122,7 +154,15 @@ def data_parallelism_picture(replicas: int = 3, examples_per_replica: int = 4) -
     box(11.0, mid - 0.45, 1.35, 0.9, "new model w'\non every device", face="#fff7d6", size=8, weight="bold")
     arrow((10.67, mid), (10.98, mid))
     arrow((11.7, mid + 0.5), (4.5, rows[0] + 0.58), color="gray", ls="--", bend=0.12)
-    ax.text(7.9, rows[0] - 0.05, "the next step starts from w' on every replica", fontsize=8, color="dimgray", ha="center", va="top")
+    ax.text(
+        7.9,
+        rows[0] - 0.05,
+        "the next step starts from w' on every replica",
+        fontsize=8,
+        color="dimgray",
+        ha="center",
+        va="top",
+    )
     return fig
 
 
@@ -140,21 +180,46 @@ def sync_async_picture(durations: tuple[float, ...] = (1.0, 1.25, 2.0), horizon:
     fig = Figure(figsize=(11, 1.0 * n + 2.6))
     top, bottom = fig.subplots(2, 1, sharex=True)
     for w in sync.work:
-        top.barh(w.worker, w.end - w.start, left=w.start, color=_color(w.worker), edgecolor="black", height=0.6)
+        top.barh(
+            w.worker, w.end - w.start, left=w.start, color=_color(w.worker), edgecolor="black", height=0.6
+        )
         step_end = min(b for b in sync.barriers if b >= w.end - 1e-9)
         if step_end - w.end > 1e-9:
-            top.barh(w.worker, step_end - w.end, left=w.end, color="white", edgecolor="gray", hatch="///", height=0.6)
+            top.barh(
+                w.worker,
+                step_end - w.end,
+                left=w.end,
+                color="white",
+                edgecolor="gray",
+                hatch="///",
+                height=0.6,
+            )
     for b in sync.barriers:
         top.axvline(b, color="black", lw=1, ls="--")
     top.set_title(
         f"synchronous: {sync.updates} updates, workers idle {100 * sync.idle_fraction:.0f}% of the time "
-        "(hatched), every gradient fresh", fontsize=10)
+        "(hatched), every gradient fresh",
+        fontsize=10,
+    )
     for w in asyn.work:
-        bottom.barh(w.worker, w.end - w.start, left=w.start, color=_color(w.worker), edgecolor="black", height=0.6)
-        bottom.text((w.start + w.end) / 2, w.worker, f"{w.staleness}", ha="center", va="center", fontsize=8, color="white", weight="bold")
+        bottom.barh(
+            w.worker, w.end - w.start, left=w.start, color=_color(w.worker), edgecolor="black", height=0.6
+        )
+        bottom.text(
+            (w.start + w.end) / 2,
+            w.worker,
+            f"{w.staleness}",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="white",
+            weight="bold",
+        )
     bottom.set_title(
         f"asynchronous: {asyn.updates} updates, nobody waits, but a gradient can be up to "
-        f"{asyn.max_staleness} updates stale (number in each bar)", fontsize=10)
+        f"{asyn.max_staleness} updates stale (number in each bar)",
+        fontsize=10,
+    )
     for ax in (top, bottom):
         ax.set_yticks(range(n), [f"worker {i}" for i in range(n)])
         ax.invert_yaxis()
@@ -240,7 +305,9 @@ def batch_split_figure(summary: SplitSummary, entries: int = 8) -> Any:
     start = 0
     for r, size in enumerate(summary.shard_sizes):
         split.barh(r, size, left=start, color=_color(r), edgecolor="black", height=0.7)
-        split.text(start + size / 2, r, str(size), ha="center", va="center", fontsize=8, color="white", weight="bold")
+        split.text(
+            start + size / 2, r, str(size), ha="center", va="center", fontsize=8, color="white", weight="bold"
+        )
         start += size
     split.set_xlim(0, MAX_BATCH)
     split.set_ylim(MAX_REPLICAS - 0.5, -0.5)
@@ -250,7 +317,9 @@ def batch_split_figure(summary: SplitSummary, entries: int = 8) -> Any:
 
     idx = np.arange(n)
     denom.bar(idx - 0.2, [b] * n, width=0.4, color="tab:green", label="right: global batch")
-    denom.bar(idx + 0.2, summary.shard_sizes, width=0.4, color="tab:red", label="wrong: own batch (reduce_mean)")
+    denom.bar(
+        idx + 0.2, summary.shard_sizes, width=0.4, color="tab:red", label="wrong: own batch (reduce_mean)"
+    )
     denom.set_xticks(idx, [str(r) for r in idx])
     denom.set_xlabel("replica")
     denom.set_ylim(0, MAX_BATCH * 1.15)
@@ -263,7 +332,13 @@ def batch_split_figure(summary: SplitSummary, entries: int = 8) -> Any:
     k = np.arange(len(single))
     grad.bar(k - 0.27, single, width=0.27, color="black", label="one device, whole batch")
     grad.bar(k, right, width=0.27, color="tab:green", label=f"{n} replicas, all-reduced (right)")
-    grad.bar(k + 0.27, wrong, width=0.27, color="tab:red", label=f"local average, then sum: {summary.local_mean_ratio:.2f}x")
+    grad.bar(
+        k + 0.27,
+        wrong,
+        width=0.27,
+        color="tab:red",
+        label=f"local average, then sum: {summary.local_mean_ratio:.2f}x",
+    )
     grad.axhline(0, color="gray", lw=0.8)
     limit = max(0.05, float(np.max(np.abs(np.concatenate([single, wrong])))) * 1.15)
     grad.set_ylim(-limit, limit)
@@ -292,9 +367,7 @@ def frontend_renders_widgets() -> bool:
         return False
     from .devices import in_colab
 
-    return bool(
-        os.environ.get("JPY_SESSION_NAME") or in_colab() or "__vsc_ipynb_file__" in shell.user_ns
-    )
+    return bool(os.environ.get("JPY_SESSION_NAME") or in_colab() or "__vsc_ipynb_file__" in shell.user_ns)
 
 
 def _png_output(png: bytes, alt: str) -> dict[str, Any]:
@@ -316,12 +389,20 @@ class DataParallelExplorer:
         import ipywidgets as w
 
         self.replicas = w.IntSlider(
-            value=replicas, min=1, max=MAX_REPLICAS, step=1, description="replicas",
+            value=replicas,
+            min=1,
+            max=MAX_REPLICAS,
+            step=1,
+            description="replicas",
             continuous_update=False,
         )
         self.global_batch = w.IntSlider(
-            value=global_batch, min=MIN_BATCH, max=MAX_BATCH, step=BATCH_STEP,
-            description="global batch", continuous_update=False,
+            value=global_batch,
+            min=MIN_BATCH,
+            max=MAX_BATCH,
+            step=BATCH_STEP,
+            description="global batch",
+            continuous_update=False,
             style={"description_width": "initial"},
         )
         self.output = w.Output()

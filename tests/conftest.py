@@ -21,8 +21,8 @@ os.environ.setdefault("COURSE_FAST", "1")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from course_utils.runtime import import_tensorflow
     from course_utils.devices import use_virtual_cpus
+    from course_utils.runtime import import_tensorflow
 
     tf = import_tensorflow()
     use_virtual_cpus(TEST_REPLICAS)

@@ -54,7 +54,12 @@ def test_formulas() -> None:
     assert ar.ring_bytes_per_device(1000, 4, bytes_per_param=2) == 3000
     assert ar.naive_bytes_per_device(1000, 4) == 12000
     ps = ar.parameter_server_bytes(1000, workers=8)
-    assert (ps.worker_sends, ps.worker_receives, ps.server_sends, ps.server_receives) == (4000, 4000, 32000, 32000)
+    assert (ps.worker_sends, ps.worker_receives, ps.server_sends, ps.server_receives) == (
+        4000,
+        4000,
+        32000,
+        32000,
+    )
     assert ar.parameter_server_bytes(1000, workers=8, servers=4).server_sends == 8000
     with pytest.raises(ValueError):
         ar.ring_bytes_per_device(1000, 0)

@@ -22,7 +22,7 @@ def _master() -> nbformat.NotebookNode:
     setup = nbformat.v4.new_code_cell("old setup")
     setup.metadata["course"] = {"role": "setup"}
     solution = nbformat.v4.new_code_cell(
-        "def double(x):\n    \"\"\"Twice x.\"\"\"\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"
+        'def double(x):\n    """Twice x."""\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION'
     )
     solution.metadata["course"] = {"role": "solution", "exercise": "double"}
     solution.outputs = [nbformat.v4.new_output("stream", name="stdout", text="secret\n")]
@@ -45,7 +45,12 @@ def test_blank_solution_keeps_indentation_and_names_the_exercise() -> None:
 
 @pytest.mark.parametrize(
     "source",
-    ["x = 1", "### BEGIN SOLUTION\nx = 1", "x = 1\n### END SOLUTION", "### BEGIN SOLUTION\n### BEGIN SOLUTION"],
+    [
+        "x = 1",
+        "### BEGIN SOLUTION\nx = 1",
+        "x = 1\n### END SOLUTION",
+        "### BEGIN SOLUTION\n### BEGIN SOLUTION",
+    ],
 )
 def test_broken_regions_are_refused(source: str) -> None:
     with pytest.raises(authoring.AuthoringError):
@@ -57,7 +62,11 @@ def test_student_version() -> None:
     text = nbformat.writes(student)
     assert "BEGIN SOLUTION" not in text and "return 2 * x" not in text and "secret" not in text
     assert 'raise NotImplementedError("Exercise double' in student.cells[3].source
-    assert all(not c.get("outputs") and c.get("execution_count") is None for c in student.cells if c.cell_type == "code")
+    assert all(
+        not c.get("outputs") and c.get("execution_count") is None
+        for c in student.cells
+        if c.cell_type == "code"
+    )
     badges = student.cells[1].source
     assert "colab.research.google.com/github/example/course/blob/main/notebooks/01_x.ipynb" in badges
     assert "git+https://github.com/example/course@main" in student.cells[2].source

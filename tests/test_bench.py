@@ -130,16 +130,27 @@ def test_command_writes_rows_and_prints_the_table(tmp_path: Path, capsys: pytest
     out = tmp_path / "bench.json"
     code = bench.main(
         [
-            "--loops", "ctl",
-            "--replicas", "1", "2",
-            "--examples", "600",
-            "--per-replica-batch", "8",
-            "--steps-per-call", "2",
-            "--steps", "4",
-            "--runs", "2",
-            "--jobs", "2",
-            "--matmul-size", "128",
-            "--json", str(out),
+            "--loops",
+            "ctl",
+            "--replicas",
+            "1",
+            "2",
+            "--examples",
+            "600",
+            "--per-replica-batch",
+            "8",
+            "--steps-per-call",
+            "2",
+            "--steps",
+            "4",
+            "--runs",
+            "2",
+            "--jobs",
+            "2",
+            "--matmul-size",
+            "128",
+            "--json",
+            str(out),
         ]
     )
     printed = capsys.readouterr().out

@@ -126,7 +126,9 @@ def jupyterlab(folder: Path, state: Path) -> Iterator[str]:
         "JUPYTERLAB_WORKSPACES_DIR": str(state / "workspaces"),
     }
     command = [
-        sys.executable, "-m", "jupyterlab",
+        sys.executable,
+        "-m",
+        "jupyterlab",
         "--no-browser",
         "--ServerApp.ip=127.0.0.1",
         f"--ServerApp.port={port}",
@@ -148,12 +150,16 @@ def jupyterlab(folder: Path, state: Path) -> Iterator[str]:
         deadline = time.monotonic() + SERVER_START
         while True:
             if process.poll() is not None:
-                pytest.fail(f"JupyterLab exited with code {process.returncode}:\n{log_path.read_text()[-3000:]}")
+                pytest.fail(
+                    f"JupyterLab exited with code {process.returncode}:\n{log_path.read_text()[-3000:]}"
+                )
             with contextlib.suppress(OSError, urllib.error.URLError):
                 if _get(f"{base_url}/api/status") == 200:
                     break
             if time.monotonic() > deadline:
-                pytest.fail(f"JupyterLab did not answer within {SERVER_START} s:\n{log_path.read_text()[-3000:]}")
+                pytest.fail(
+                    f"JupyterLab did not answer within {SERVER_START} s:\n{log_path.read_text()[-3000:]}"
+                )
             time.sleep(0.5)
         yield base_url
     finally:

@@ -53,7 +53,10 @@ def test_checks_of_an_unfinished_exercise_say_so() -> None:
 
 def test_data_parallel_gradient_local_mean_then_sum_is_n_times() -> None:
     def local_mean_sum(params, x, y, replicas):
-        grads = [sim.loss_gradients(params, xs, ys, len(xs)) for xs, ys in zip(sim.shard(x, replicas), sim.shard(y, replicas))]
+        grads = [
+            sim.loss_gradients(params, xs, ys, len(xs))
+            for xs, ys in zip(sim.shard(x, replicas), sim.shard(y, replicas))
+        ]
         return sim.tree_sum(grads)
 
     message = _fails(
@@ -64,11 +67,19 @@ def test_data_parallel_gradient_local_mean_then_sum_is_n_times() -> None:
 
 def test_data_parallel_gradient_mean_of_local_means_fails_on_uneven_shards() -> None:
     def mean_of_means(params, x, y, replicas):
-        grads = [sim.loss_gradients(params, xs, ys, len(xs)) for xs, ys in zip(sim.shard(x, replicas), sim.shard(y, replicas))]
+        grads = [
+            sim.loss_gradients(params, xs, ys, len(xs))
+            for xs, ys in zip(sim.shard(x, replicas), sim.shard(y, replicas))
+        ]
         total = sim.tree_sum(grads)
         return {k: v / replicas for k, v in total.items()}
 
-    _fails(ex.check_data_parallel_gradient, mean_of_means, "global batch of 10 (uneven shards)", "only right when")
+    _fails(
+        ex.check_data_parallel_gradient,
+        mean_of_means,
+        "global batch of 10 (uneven shards)",
+        "only right when",
+    )
 
 
 def test_data_parallel_gradient_wrong_return_type() -> None:
@@ -83,8 +94,13 @@ def test_data_parallel_gradient_wrong_return_type() -> None:
 
 
 def test_updates_per_epoch_one_device_count() -> None:
-    _fails(ex.check_updates_per_epoch, 32, "what ONE device makes", "32 examples on EACH replica, 64 in all",
-           "the run made 16 updates")
+    _fails(
+        ex.check_updates_per_epoch,
+        32,
+        "what ONE device makes",
+        "32 examples on EACH replica, 64 in all",
+        "the run made 16 updates",
+    )
 
 
 def test_updates_per_epoch_dropping_the_last_batch() -> None:
@@ -106,7 +122,13 @@ def test_epoch_traffic_steps_of_the_per_replica_batch() -> None:
     def per_replica_steps(m, examples, batch, n, b=4):
         return -(-examples // batch) * 2 * (n - 1) / n * m * b
 
-    _fails(ex.check_epoch_traffic, per_replica_steps, "replicas=2", "on EACH of the 2 replicas", "16 steps, not 32")
+    _fails(
+        ex.check_epoch_traffic,
+        per_replica_steps,
+        "replicas=2",
+        "on EACH of the 2 replicas",
+        "16 steps, not 32",
+    )
 
 
 def test_epoch_traffic_forgetting_the_last_batch() -> None:

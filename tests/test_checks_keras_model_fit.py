@@ -6,7 +6,6 @@ import math
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from course_utils.errors import ExerciseError
@@ -165,7 +164,9 @@ def test_fit_split_prediction_passes(capsys):
     out = capsys.readouterr().out
     assert "[pass] fit_split_prediction" in out
     # measured on 2 replicas next to one device, and printed
-    assert "2 replicas: global batch 128, 47 steps, last step 56 + 56 examples, optimizer.iterations = 47" in out
+    assert (
+        "2 replicas: global batch 128, 47 steps, last step 56 + 56 examples, optimizer.iterations = 47" in out
+    )
     assert "one device: global batch  64, 94 steps, last step 48 examples, optimizer.iterations = 94" in out
 
 
@@ -264,7 +265,10 @@ def _raises_when_empty(folder):
         (_newest_file, "the file modified last"),
         (_any_file, "no `.weights.h5` checkpoint"),
         (_raises_when_empty, "your code raised ValueError"),
-        (lambda folder: None if not list(Path(folder).glob("ckpt_*")) else "ckpt_12.weights.h5", "not just its name"),
+        (
+            lambda folder: None if not list(Path(folder).glob("ckpt_*")) else "ckpt_12.weights.h5",
+            "not just its name",
+        ),
     ],
 )
 def test_latest_checkpoint_mistakes(answer, hint):

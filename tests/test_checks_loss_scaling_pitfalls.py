@@ -41,8 +41,13 @@ def test_predict_clip_factor(capsys) -> None:
     ex.check_predict_clip_factor(2.0)
     assert "[pass] predict_clip_factor" in capsys.readouterr().out
     # The plausible wrong answers: the clip acts after the sum (1.0), or on half the gradient.
-    fails_with(ex.check_predict_clip_factor, 1.0, "Exercise predict_clip_factor", "measured: 2.00x",
-               "BEFORE the all-reduce")
+    fails_with(
+        ex.check_predict_clip_factor,
+        1.0,
+        "Exercise predict_clip_factor",
+        "measured: 2.00x",
+        "BEFORE the all-reduce",
+    )
     fails_with(ex.check_predict_clip_factor, 0.5, "half the batch's gradient")
     fails_with(ex.check_predict_clip_factor, 4, "Work out the norm")
     fails_with(ex.check_predict_clip_factor, None, "Set PREDICTION to a number")
@@ -98,11 +103,16 @@ def test_masked_token_mean(tf, capsys) -> None:
     assert "[pass] masked_token_mean" in capsys.readouterr().out
 
     def with_sample_weight(per_token_loss, mask):  # compute_average_loss's own sample_weight
-        return tf.nn.compute_average_loss(per_token_loss, sample_weight=mask,
-                                          global_batch_size=GLOBAL_BATCH)
+        return tf.nn.compute_average_loss(per_token_loss, sample_weight=mask, global_batch_size=GLOBAL_BATCH)
 
-    fails_with(ex.check_masked_token_mean, with_sample_weight, "Exercise masked_token_mean",
-               "update is 3.1", "25 real tokens / 8 sequences", "sample_weight=mask")
+    fails_with(
+        ex.check_masked_token_mean,
+        with_sample_weight,
+        "Exercise masked_token_mean",
+        "update is 3.1",
+        "25 real tokens / 8 sequences",
+        "sample_weight=mask",
+    )
 
     def local_count(per_token_loss, mask):  # right on one device
         return tf.reduce_sum(per_token_loss * mask) / tf.reduce_sum(mask)
@@ -123,18 +133,27 @@ def test_masked_token_mean(tf, capsys) -> None:
 def test_average_loss(tf, capsys) -> None:
     def right(per_example_loss):
         context = tf.distribute.get_replica_context()
-        count = context.all_reduce(tf.distribute.ReduceOp.SUM,
-                                   tf.cast(tf.shape(per_example_loss)[0], tf.float32))
+        count = context.all_reduce(
+            tf.distribute.ReduceOp.SUM, tf.cast(tf.shape(per_example_loss)[0], tf.float32)
+        )
         return tf.math.divide_no_nan(tf.reduce_sum(per_example_loss), count)
 
     ex.check_average_loss(right, global_batch=GLOBAL_BATCH)
     assert "[pass] average_loss" in capsys.readouterr().out
 
-    fails_with(ex.check_average_loss, lambda l: tf.nn.compute_average_loss(l),
-               "short batch split 2 + 1", "default denominator", "all_reduce")
-    fails_with(ex.check_average_loss,
-               lambda l: tf.nn.compute_average_loss(l, global_batch_size=GLOBAL_BATCH),
-               "full global batch (8)", "3 examples")
+    fails_with(
+        ex.check_average_loss,
+        lambda l: tf.nn.compute_average_loss(l),
+        "short batch split 2 + 1",
+        "default denominator",
+        "all_reduce",
+    )
+    fails_with(
+        ex.check_average_loss,
+        lambda l: tf.nn.compute_average_loss(l, global_batch_size=GLOBAL_BATCH),
+        "full global batch (8)",
+        "3 examples",
+    )
     fails_with(ex.check_average_loss, tf.reduce_mean, "full batch", "2.00x")
 
     def nan_on_empty(per_example_loss):
@@ -157,8 +176,8 @@ def test_track_loss(tf, capsys) -> None:
         total, steps = 0.0, 0
         for batch in strategy.experimental_distribute_dataset(dataset):
             scaled = strategy.run(
-                lambda l: tf.nn.compute_average_loss(l, global_batch_size=global_batch_size),
-                args=(batch,))
+                lambda l: tf.nn.compute_average_loss(l, global_batch_size=global_batch_size), args=(batch,)
+            )
             total += float(strategy.reduce(tf.distribute.ReduceOp.SUM, scaled, axis=None))
             steps += 1
         return total / steps
@@ -180,8 +199,7 @@ def test_track_loss(tf, capsys) -> None:
     fails_with(ex.check_track_loss, mean_metric, "got 1.75", "0.50x", "strategy.reduce(SUM")
 
     def not_averaged(strategy, dataset, global_batch_size):
-        return right(strategy, dataset, global_batch_size) * (
-            sum(1 for _ in dataset))
+        return right(strategy, dataset, global_batch_size) * (sum(1 for _ in dataset))
 
     fails_with(ex.check_track_loss, not_averaged, "number of steps")
     fails_with(ex.check_track_loss, blank, "not done yet")

@@ -27,8 +27,14 @@ def test_tf_config(capsys) -> None:
     "mistake, hint",
     [
         (lambda w, i: {"cluster": {"worker": w}, "task": {"type": "worker", "index": i}}, "json.dumps"),
-        (lambda w, i: json.dumps({"cluster": {"worker": w}, "task": {"type": "worker", "index": str(i)}}), "an int"),
-        (lambda w, i: json.dumps({"cluster": {"worker": [w[i]]}, "task": {"type": "worker", "index": i}}), "same full list"),
+        (
+            lambda w, i: json.dumps({"cluster": {"worker": w}, "task": {"type": "worker", "index": str(i)}}),
+            "an int",
+        ),
+        (
+            lambda w, i: json.dumps({"cluster": {"worker": [w[i]]}, "task": {"type": "worker", "index": i}}),
+            "same full list",
+        ),
         (lambda w, i: json.dumps({"cluster": {"worker": w}}), "two keys"),
     ],
 )
@@ -62,7 +68,9 @@ def good_examples_seen(count, global_batch, workers, worker, policy):
     if policy == "OFF":
         return ids
     share = global_batch // workers
-    return [i for b in range(0, count, global_batch) for i in ids[b + worker * share : b + (worker + 1) * share]]
+    return [
+        i for b in range(0, count, global_batch) for i in ids[b + worker * share : b + (worker + 1) * share]
+    ]
 
 
 def test_examples_seen(capsys) -> None:
@@ -102,8 +110,12 @@ def program_text(answer: str = SOLUTION) -> str:
     import nbformat
 
     nb = nbformat.read(ROOT / "solutions" / "07_multi_worker_training.ipynb", as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("course", {}).get("exercise") == "resume_point"
-                and c.metadata["course"]["role"] == "solution")
+    cell = next(
+        c
+        for c in nb.cells
+        if c.metadata.get("course", {}).get("exercise") == "resume_point"
+        and c.metadata["course"]["role"] == "solution"
+    )
     body = cell.source.split("\n", 1)[1]  # without the %%writefile line
     region = re.compile(r"( *)### BEGIN SOLUTION\n.*?### END SOLUTION\n", re.S)
     return region.sub(lambda m: f"{m.group(1)}{answer}\n", body)
@@ -130,7 +142,10 @@ def simulate(resume_point, pause=7, steps_per_epoch=4, epochs=3, save_every=5):
     Batch b of an epoch holds the example ids 16b .. 16b+15; worker 0 trains the first 8."""
 
     def run(first_epoch, skip, step, stop=None, restored=None):
-        data = {t: {"steps": [], "saved": [], "restored": restored, "joined": 0.0} for t in ("worker 0", "worker 1")}
+        data = {
+            t: {"steps": [], "saved": [], "restored": restored, "joined": 0.0}
+            for t in ("worker 0", "worker 1")
+        }
         for epoch in range(first_epoch, epochs):
             for batch in range(skip if epoch == first_epoch else 0, steps_per_epoch):
                 step += 1
@@ -161,8 +176,8 @@ def test_resume_point_passes(tmp_path, capsys) -> None:
 @pytest.mark.parametrize(
     "answer, hint",
     [
-        ("return global_step // steps_per_epoch, 0", "trained 16 examples twice"),          # restart the epoch
-        ("return 0, global_step", "trained 16 examples twice"),                             # skip counted from step 0
+        ("return global_step // steps_per_epoch, 0", "trained 16 examples twice"),  # restart the epoch
+        ("return 0, global_step", "trained 16 examples twice"),  # skip counted from step 0
         ("return global_step // steps_per_epoch, global_step % steps_per_epoch + 1", "never trained 16"),
     ],
 )
@@ -185,7 +200,9 @@ def test_resume_point_fits_only_this_cluster(tmp_path) -> None:
 
 
 def test_resume_point_unfinished_and_failed_restart(tmp_path) -> None:
-    unfinished = write_program(tmp_path, 'raise NotImplementedError("Exercise resume_point: replace this line")')
+    unfinished = write_program(
+        tmp_path, 'raise NotImplementedError("Exercise resume_point: replace this line")'
+    )
     killed, _ = simulate(lambda g, s: divmod(g, s))
     with pytest.raises(ExerciseError, match="not done yet"):
         ex.check_resume_point(unfinished, killed, None)
@@ -202,13 +219,15 @@ def test_resume_point_wrong_answer_on_a_real_two_worker_cluster(tmp_path) -> Non
     program = write_program(tmp_path, "return global_step // steps_per_epoch, 0")
     run_dir = tmp_path / "run"
     with pytest.raises(cl.WorkerFailed) as failure:
-        with cl.LocalCluster(str(program), [run_dir, 7], workers=2, cwd=tmp_path, stream="none",
-                             verbose=False, timeout=300) as cluster:
+        with cl.LocalCluster(
+            str(program), [run_dir, 7], workers=2, cwd=tmp_path, stream="none", verbose=False, timeout=300
+        ) as cluster:
             cluster.wait_for_line("worker 1", "holding still")
             cluster.kill("worker 1")
             cluster.wait()
-    resumed = cl.run_cluster(str(program), [run_dir], workers=2, cwd=tmp_path, stream="none",
-                             verbose=False, timeout=300)
+    resumed = cl.run_cluster(
+        str(program), [run_dir], workers=2, cwd=tmp_path, stream="none", verbose=False, timeout=300
+    )
     assert resumed["worker 0"].data["restored"] == 5
     with pytest.raises(ExerciseError, match="Epoch 2 trained 16 examples twice"):
         ex.check_resume_point(program, failure.value.result, resumed)

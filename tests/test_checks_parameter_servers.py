@@ -20,7 +20,10 @@ def good_shard_ranges(rows, num_shards):
 
 
 def test_shard_ranges(capsys) -> None:
-    observed = {"fixed": [[0, 4, "ps 0"], [4, 7, "ps 1"], [7, 10, "ps 0"]], "embedding": [[0, 500, "ps 0"], [500, 1000, "ps 1"]]}
+    observed = {
+        "fixed": [[0, 4, "ps 0"], [4, 7, "ps 1"], [7, 10, "ps 0"]],
+        "embedding": [[0, 500, "ps 0"], [500, 1000, "ps 1"]],
+    }
     ex.check_shard_ranges(good_shard_ranges, observed)
     assert "[pass] shard_ranges" in capsys.readouterr().out
 
@@ -91,8 +94,13 @@ def test_shard_count(capsys) -> None:
 def test_shard_count_reference_is_tensorflows_partitioner() -> None:
     import tensorflow as tf
 
-    for rows, columns, minimum, cap in [(300, 32, 16 << 10, 4), (1000, 32, 64 << 10, 2), (100, 32, 16 << 10, 4),
-                                        (1000, 32, 16 << 10, 4), (7, 1, 4, 8)]:
+    for rows, columns, minimum, cap in [
+        (300, 32, 16 << 10, 4),
+        (1000, 32, 64 << 10, 2),
+        (100, 32, 16 << 10, 4),
+        (1000, 32, 16 << 10, 4),
+        (7, 1, 4, 8),
+    ]:
         partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(minimum, cap)
         want = int(partitioner(tf.TensorShape([rows, columns]), tf.float32)[0])
         assert ex.reference_shard_count(rows, columns, 4, minimum, cap) == want
@@ -124,9 +132,18 @@ def test_ps_placement(capsys) -> None:
 @pytest.mark.parametrize(
     "answer, hint",
     [
-        (lambda counts, num_ps: [[i % num_ps for i in range(n)] for n in counts], "start every variable on ps 0"),
-        (lambda counts, num_ps: [[k % num_ps] * n for k, n in enumerate(counts)], "Each shard is a variable of its own"),
-        (lambda counts, num_ps: [[(k + i) % num_ps for i in range(n)] for k, n in enumerate(counts)], "should be"),
+        (
+            lambda counts, num_ps: [[i % num_ps for i in range(n)] for n in counts],
+            "start every variable on ps 0",
+        ),
+        (
+            lambda counts, num_ps: [[k % num_ps] * n for k, n in enumerate(counts)],
+            "Each shard is a variable of its own",
+        ),
+        (
+            lambda counts, num_ps: [[(k + i) % num_ps for i in range(n)] for k, n in enumerate(counts)],
+            "should be",
+        ),
     ],
     ids=["restart per variable", "whole variable on one server", "counter per variable index"],
 )

@@ -208,7 +208,9 @@ def test_time_limit_stops_the_cluster() -> None:
 
 
 def _script_pids(code: str) -> tuple[subprocess.CompletedProcess, list[int]]:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     pids = [int(p) for p in re.findall(r"PID (\d+)", done.stdout)]
     return done, pids
 
@@ -339,13 +341,20 @@ def test_running_a_notebook_cell_twice_leaves_nothing(tmp_path: Path) -> None:
     )
     cells = [
         "from course_utils import cluster as cl\nports = []",
-        run_cell, count, run_cell, count,          # the same cell run twice
-        forget_cell, forget_cell,                  # a cluster left running, cell re-run
+        run_cell,
+        count,
+        run_cell,
+        count,  # the same cell run twice
+        forget_cell,
+        forget_cell,  # a cluster left running, cell re-run
         "print('RUNNING', len(cl.running_clusters()), len(cl.leftover_processes()))",
-        "cluster.stop()", count,
+        "cluster.stop()",
+        count,
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+    ).execute()
     text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     counts = [json.loads(line.split(" ", 1)[1]) for line in text.splitlines() if line.startswith("COUNT ")]
     assert len(counts) == 3

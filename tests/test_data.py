@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from course_utils import data
 from course_utils._synthetic import make_images

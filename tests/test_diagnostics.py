@@ -31,8 +31,9 @@ def _make_model():
     return keras.Sequential(
         [
             keras.Input((4,)),
-            keras.layers.Dense(8, activation="relu",
-                               kernel_initializer=keras.initializers.GlorotUniform(seed=1)),
+            keras.layers.Dense(
+                8, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=1)
+            ),
             keras.layers.Dense(3, kernel_initializer=keras.initializers.GlorotUniform(seed=2)),
         ]
     )
@@ -86,8 +87,7 @@ def test_update_factor_result_text() -> None:
     assert result.loss_factor == pytest.approx(2.0)
     assert not result.ok
     assert result.summary() == (
-        "update on 2 replicas = 2.00x the single-device update; "
-        "reported loss 2.00x the single-device loss"
+        "update on 2 replicas = 2.00x the single-device update; reported loss 2.00x the single-device loss"
     )
     skewed = UpdateFactor(2, 1.18, 0.361, None, 1.0, np.ones(2), np.ones(2))
     assert "differs in direction too (36.1% mismatch)" in skewed.summary()
@@ -110,8 +110,13 @@ def test_reduce_mean_doubles_sgd_but_not_adam(two_replicas) -> None:
     sgd = update_factor(_reduce_mean(), _make_model, _batch(), strategy=two_replicas)
     assert sgd.factor == pytest.approx(2.0, abs=1e-4) and sgd.mismatch < 1e-4
     assert sgd.loss_factor == pytest.approx(2.0, abs=1e-4)
-    adam = update_factor(_reduce_mean(), _make_model, _batch(), strategy=two_replicas,
-                         make_optimizer=lambda: keras.optimizers.Adam(0.01))
+    adam = update_factor(
+        _reduce_mean(),
+        _make_model,
+        _batch(),
+        strategy=two_replicas,
+        make_optimizer=lambda: keras.optimizers.Adam(0.01),
+    )
     assert adam.factor == pytest.approx(1.0, abs=1e-2) and adam.factor != 1.0
     assert adam.loss_factor == pytest.approx(2.0, abs=1e-4)
 
@@ -126,18 +131,19 @@ def test_reference_step_and_short_batch(two_replicas) -> None:
 
     default_denominator = _step(tf.nn.compute_average_loss)
     # the same step on one device: on a 3-example batch split 2 + 1 the weights differ
-    result = update_factor(default_denominator, _make_model, _batch(3), strategy=two_replicas,
-                           reference_step=_reduce_mean())
+    result = update_factor(
+        default_denominator, _make_model, _batch(3), strategy=two_replicas, reference_step=_reduce_mean()
+    )
     assert result.mismatch > 0.01
     # a fixed global batch of 8 on a batch of 3: 3/8 of the mean, a pure scaling
-    result = update_factor(_correct(), _make_model, _batch(3), strategy=two_replicas,
-                           reference_step=_reduce_mean())
+    result = update_factor(
+        _correct(), _make_model, _batch(3), strategy=two_replicas, reference_step=_reduce_mean()
+    )
     assert result.factor == pytest.approx(3 / 8, abs=1e-4) and result.mismatch < 1e-4
 
 
 def test_several_steps_and_show(two_replicas, capsys) -> None:
-    result = update_factor(_reduce_mean(), _make_model, _batch(), strategy=two_replicas,
-                           steps=3, show=True)
+    result = update_factor(_reduce_mean(), _make_model, _batch(), strategy=two_replicas, steps=3, show=True)
     assert result.factor > 1.5
     assert capsys.readouterr().out.startswith("update on 2 replicas = ")
     with pytest.raises(CourseError):

@@ -45,8 +45,12 @@ def test_master_checks_pass_in_stored_outputs(path: Path) -> None:
 @pytest.mark.parametrize("path", WITH_EXERCISES, ids=lambda p: p.stem)
 def test_checks_fail_on_blank_student_version(path: Path, tmp_path: Path) -> None:
     student = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
-    env = {"COURSE_STRATEGY": "default", "COURSE_FAST": "1", "COURSE_OFFLINE": "1",
-           "COURSE_SCRATCH": str(tmp_path / "scratch")}
+    env = {
+        "COURSE_STRATEGY": "default",
+        "COURSE_FAST": "1",
+        "COURSE_OFFLINE": "1",
+        "COURSE_SCRATCH": str(tmp_path / "scratch"),
+    }
     authoring.execute(student, tmp_path, env, allow_errors=True)
     for ex in authoring.exercises(student):
         ename, evalue = _error_of(student.cells[ex.check_cell])

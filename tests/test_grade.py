@@ -68,10 +68,13 @@ def test_answers_found_by_definition_when_cells_moved_and_retagged(the_course) -
 
 def test_student_markers_and_shell_lines_are_removed(the_course) -> None:
     nb00 = the_course.notebooks[NB]
-    student = make_class.with_answers(nb00.master, {
-        "uneven_mean": "# NBVAL_SKIP\n!pip install something\n%pip install other\n"
-                       "def uneven_mean():\n    # NBVAL_RAISES_EXCEPTION\n    return 4.0\n",
-    })
+    student = make_class.with_answers(
+        nb00.master,
+        {
+            "uneven_mean": "# NBVAL_SKIP\n!pip install something\n%pip install other\n"
+            "def uneven_mean():\n    # NBVAL_RAISES_EXCEPTION\n    return 4.0\n",
+        },
+    )
     graded = extract.build(nb00, extract.find_answers(submission_of(student), nb00))
     source = graded.notebook.cells[nb00.exercises[0].solution_cell].source
     assert "NBVAL" not in source
@@ -92,8 +95,9 @@ def test_graded_notebook_is_the_master_with_only_the_student_code(the_course) ->
         if ours.cell_type == "code":
             assert ours.outputs == [] and ours.execution_count is None
             assert "tags" not in ours.metadata or index not in solution_cells
-    code_number = {i: n for n, i in enumerate(
-        i for i, c in enumerate(nb00.master.cells) if c.cell_type == "code")}
+    code_number = {
+        i: n for n, i in enumerate(i for i, c in enumerate(nb00.master.cells) if c.cell_type == "code")
+    }
     assert [(e.id, e.solution, e.check) for e in graded.exercises] == [
         (ex.id, code_number[ex.solution_cell], code_number[ex.check_cell]) for ex in nb00.exercises
     ]
@@ -101,9 +105,12 @@ def test_graded_notebook_is_the_master_with_only_the_student_code(the_course) ->
 
 def test_metadata_is_the_fallback_and_nothing_found_is_missing(the_course) -> None:
     nb00 = the_course.notebooks[NB]
-    student = make_class.with_answers(nb00.master, {
-        "uneven_mean": "def my_uneven_mean():\n    return 4.0\n",   # misnamed function
-    })
+    student = make_class.with_answers(
+        nb00.master,
+        {
+            "uneven_mean": "def my_uneven_mean():\n    return 4.0\n",  # misnamed function
+        },
+    )
     # per_replica_batch: its cell deleted altogether
     index = make_class._solution_index(student, "per_replica_batch")
     del student.cells[index]
@@ -118,15 +125,21 @@ def test_metadata_is_the_fallback_and_nothing_found_is_missing(the_course) -> No
 
 def test_helper_cells_the_answer_uses_come_with_it(the_course) -> None:
     nb00 = the_course.notebooks[NB]
-    student = make_class.with_answers(nb00.master, {
-        "per_replica_batch": "def per_replica_batch(global_batch, replicas):\n"
-                             "    return _split(global_batch, replicas)\n",
-    })
+    student = make_class.with_answers(
+        nb00.master,
+        {
+            "per_replica_batch": "def per_replica_batch(global_batch, replicas):\n"
+            "    return _split(global_batch, replicas)\n",
+        },
+    )
     helper = nbformat.v4.new_code_cell(
-        "def _split(n, k):\n    if n % k:\n        raise ValueError('uneven')\n    return n // k\n")
-    scratch = nbformat.v4.new_code_cell("print(per_replica_batch(8, 2))\n_split = None if False else _split\n")
+        "def _split(n, k):\n    if n % k:\n        raise ValueError('uneven')\n    return n // k\n"
+    )
+    scratch = nbformat.v4.new_code_cell(
+        "print(per_replica_batch(8, 2))\n_split = None if False else _split\n"
+    )
     student.cells.insert(3, helper)
-    student.cells.append(scratch)   # uses the answer: must not be pulled in before it
+    student.cells.append(scratch)  # uses the answer: must not be pulled in before it
     answer = extract.find_answers(submission_of(student), nb00)["per_replica_batch"]
     assert answer.source.index("def _split") < answer.source.index("def per_replica_batch")
     assert "print(per_replica_batch" not in answer.source
@@ -135,20 +148,23 @@ def test_helper_cells_the_answer_uses_come_with_it(the_course) -> None:
 
 def test_a_syntax_error_is_still_recognised_as_the_answer() -> None:
     assert code.defined_names("def replica_ids(strategy)\n    return [0]\n") == {"replica_ids"}
-    assert code.defined_names("%time x = 1\ndef f():\n    pass\n") == {"f"}   # a magic defines nothing
+    assert code.defined_names("%time x = 1\ndef f():\n    pass\n") == {"f"}  # a magic defines nothing
     assert code.used_names("def f(a):\n    b = a + c\n    return [v for v in b]\n") == {"c"}
 
 
 # --------------------------------------------------------------------------- finding the submissions
 
 
-@pytest.mark.parametrize("filename, folder, student", [
-    ("alice_00_setup_and_hardware.ipynb", "inbox", "alice"),
-    ("Copy of 00_setup_and_hardware - pitfall.ipynb", "inbox", "pitfall"),
-    ("00-setup-and-hardware (1).ipynb", "bob", "bob"),
-    ("setup_and_hardware_carol.ipynb", "x", "carol"),
-    ("00_setup_and_hardware.ipynb", "dave", "dave"),
-])
+@pytest.mark.parametrize(
+    "filename, folder, student",
+    [
+        ("alice_00_setup_and_hardware.ipynb", "inbox", "alice"),
+        ("Copy of 00_setup_and_hardware - pitfall.ipynb", "inbox", "pitfall"),
+        ("00-setup-and-hardware (1).ipynb", "bob", "bob"),
+        ("setup_and_hardware_carol.ipynb", "x", "carol"),
+        ("00_setup_and_hardware.ipynb", "dave", "dave"),
+    ],
+)
 def test_student_id_of_a_single_file(the_course, filename, folder, student) -> None:
     assert submissions.student_from_file(Path(folder) / filename, the_course.notebooks) == student
 
@@ -168,7 +184,8 @@ def test_layouts_file_student_folder_class_folder_and_lms_export(the_course, tmp
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
     subs = submissions.load(
-        [str(tmp_path / p) for p in ("class", "single/cid", "lms", "loose/fay.ipynb")], the_course)
+        [str(tmp_path / p) for p in ("class", "single/cid", "lms", "loose/fay.ipynb")], the_course
+    )
     found = sorted((s.student, s.notebook, s.path.name) for s in subs)
     assert found == [
         ("ann", NB, "00_setup_and_hardware.ipynb"),
@@ -193,12 +210,15 @@ def test_matched_by_content_when_name_and_metadata_say_nothing(the_course, tmp_p
     assert (sub.notebook, sub.error) == (NB, "")
 
 
-@pytest.mark.parametrize("content, reason", [
-    (b"", "empty"),
-    (b"\x89PNG\r\n\x1a\n\x00\x00", "not valid JSON"),
-    (b'{"nbformat": 4}', "not a notebook"),
-    (b'{"cells": [{"cell_type": "markdown", "source": "hi"}]}', "no code cell"),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"", "empty"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "not valid JSON"),
+        (b'{"nbformat": 4}', "not a notebook"),
+        (b'{"cells": [{"cell_type": "markdown", "source": "hi"}]}', "no code cell"),
+    ],
+)
 def test_unreadable_files_are_invalid(the_course, tmp_path, content, reason) -> None:
     path = tmp_path / f"{NB}.ipynb"
     path.write_bytes(content)
@@ -206,7 +226,7 @@ def test_unreadable_files_are_invalid(the_course, tmp_path, content, reason) -> 
     submissions.read(sub)
     submissions.match(sub, the_course)
     assert reason in sub.error
-    assert sub.notebook == NB   # still known by its name, so the report lists its exercises
+    assert sub.notebook == NB  # still known by its name, so the report lists its exercises
 
 
 # --------------------------------------------------------------------------- statuses from a run
@@ -228,12 +248,16 @@ def _stdout(text):
 def test_statuses_passed_failed_error_timeout(the_course) -> None:
     graded = _graded(the_course)
     (a, b) = graded.exercises
-    run = runner.RunResult(started=True, done=True, cells={
-        a.solution: _cell("ok"),
-        a.check: _cell("error", ename="ExerciseError", evalue="Exercise uneven_mean: On 2 replicas ..."),
-        b.solution: _cell("ok"),
-        b.check: _cell("error", ename="TypeError", evalue="unsupported operand"),
-    })
+    run = runner.RunResult(
+        started=True,
+        done=True,
+        cells={
+            a.solution: _cell("ok"),
+            a.check: _cell("error", ename="ExerciseError", evalue="Exercise uneven_mean: On 2 replicas ..."),
+            b.solution: _cell("ok"),
+            b.check: _cell("error", ename="TypeError", evalue="unsupported operand"),
+        },
+    )
     status, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
     assert status == "graded"
     assert [(e["status"], e["message"][:34]) for e in exercises] == [
@@ -259,12 +283,16 @@ def test_statuses_when_the_run_breaks(the_course) -> None:
     run = runner.RunResult(started=True, cells={a.solution: _cell("ok"), a.check: _cell("ok")})
     assert verdict.exercise_results(graded, run, runner.RunOptions())[1][0]["status"] == "error"
     # The notebook timeout: what finished counts, the rest is a timeout.
-    run = runner.RunResult(started=True, notebook_timed_out=True, cells={a.solution: _cell("ok"), a.check: ok})
+    run = runner.RunResult(
+        started=True, notebook_timed_out=True, cells={a.solution: _cell("ok"), a.check: ok}
+    )
     status, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
     assert status == "timeout" and [e["status"] for e in exercises] == ["passed", "timeout"]
     # The kernel died in the second exercise.
-    run = runner.RunResult(started=True, cells={a.solution: _cell("ok"), a.check: ok,
-                                                b.solution: _cell("died"), b.check: _cell("not-run")})
+    run = runner.RunResult(
+        started=True,
+        cells={a.solution: _cell("ok"), a.check: ok, b.solution: _cell("died"), b.check: _cell("not-run")},
+    )
     status, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
     assert status == "error" and [e["status"] for e in exercises] == ["passed", "error"]
     # The grader could not start a kernel: every exercise says so, nothing is blamed on the student.
@@ -275,8 +303,19 @@ def test_statuses_when_the_run_breaks(the_course) -> None:
 
 
 def test_usage_errors_exit_2(tmp_path) -> None:
-    done = subprocess.run([sys.executable, "-m", "course_utils.grade", str(tmp_path / "missing"),
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "course_utils.grade",
+            str(tmp_path / "missing"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert done.returncode == 2 and "no such file" in done.stderr
 
 
@@ -293,22 +332,48 @@ def graded_class(tmp_path_factory):
     (base / "work").mkdir()
 
     def digests():
-        return {p: hashlib.sha256(p.read_bytes()).hexdigest()
-                for folder in ("class", "loop", "inbox", "course") for p in (base / folder).rglob("*") if p.is_file()}
+        return {
+            p: hashlib.sha256(p.read_bytes()).hexdigest()
+            for folder in ("class", "loop", "inbox", "course")
+            for p in (base / folder).rglob("*")
+            if p.is_file()
+        }
 
     before = digests()
     start = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "course_utils.grade", *made["submissions"], "--course", str(the_course),
-         "--out", str(base / "out"), "-j", "2", "--cell-timeout", "20", "--workdir", str(base / "work")],
-        capture_output=True, text=True, timeout=3600, cwd=base,
+        [
+            sys.executable,
+            "-m",
+            "course_utils.grade",
+            *made["submissions"],
+            "--course",
+            str(the_course),
+            "--out",
+            str(base / "out"),
+            "-j",
+            "2",
+            "--cell-timeout",
+            "20",
+            "--workdir",
+            str(base / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        cwd=base,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     seconds = time.monotonic() - start
     print(done.stderr)
     report = json.loads((base / "out" / "report.json").read_text()) if done.returncode == 0 else {}
     return SimpleNamespace(
-        base=base, out=base / "out", done=done, seconds=seconds, before=before, after=digests(),
+        base=base,
+        out=base / "out",
+        done=done,
+        seconds=seconds,
+        before=before,
+        after=digests(),
         results={r["student"]: r for r in report.get("results", [])},
         expected={s: e for s, e in make_class.EXPECTED.items() if SANDBOX or s != "vandal"},
     )
@@ -343,7 +408,8 @@ def test_hints_say_what_went_wrong(graded_class) -> None:
     assert "did not finish within 20 s" in messages["loop", "per_replica_batch"]
     assert "not valid JSON" in messages["corrupt", "uneven_mean"]
     assert messages["honest", "uneven_mean"] == (
-        "on 2 replicas the MEAN of the replica means is 4.25; one device's mean is 4.")
+        "on 2 replicas the MEAN of the replica means is 4.25; one device's mean is 4."
+    )
 
 
 def test_markdown_csv_and_feedback(graded_class) -> None:
@@ -361,9 +427,11 @@ def test_markdown_csv_and_feedback(graded_class) -> None:
         assert text.startswith(f"# Feedback for {student}")
         result = graded_class.results[student]
         for exercise in result["exercises"]:
-            assert exercise["message"].strip() in text   # the hint in full
+            assert exercise["message"].strip() in text  # the hint in full
     graded = nbformat.read(graded_class.out / "graded" / "pitfall" / f"{NB}.ipynb", as_version=4)
-    assert any("ExerciseError" in str(cell.get("outputs")) for cell in graded.cells if cell.cell_type == "code")
+    assert any(
+        "ExerciseError" in str(cell.get("outputs")) for cell in graded.cells if cell.cell_type == "code"
+    )
 
 
 def test_submissions_intact_and_run_folders_removed(graded_class) -> None:

@@ -23,8 +23,9 @@ from course_utils.hardware import (
 
 
 def _plan(machine: FakeMachine) -> HardwarePlan:
-    return plan_hardware(find_tpu=machine.find_tpu, list_devices=machine.list_devices,
-                         cpu_replicas=machine.cpus)
+    return plan_hardware(
+        find_tpu=machine.find_tpu, list_devices=machine.list_devices, cpu_replicas=machine.cpus
+    )
 
 
 def test_tpu_wins_and_nothing_else_is_asked() -> None:
@@ -51,8 +52,9 @@ def test_gpu_branches(gpus, kind, devices, description) -> None:
     assert plan.tried() == f"TPU no (no TPU: a fake machine); GPU yes ({gpus} found)"
 
 
-@pytest.mark.parametrize("cpus, description", [(1, "the default strategy on the CPU"),
-                                               (2, "MirroredStrategy over 2 virtual CPUs")])
+@pytest.mark.parametrize(
+    "cpus, description", [(1, "the default strategy on the CPU"), (2, "MirroredStrategy over 2 virtual CPUs")]
+)
 def test_cpu_branch(cpus, description) -> None:
     plan = _plan(FakeMachine(cpus=cpus))
     assert plan.kind == "cpu" and len(plan.devices) == cpus
@@ -68,9 +70,13 @@ def test_every_tpu_failure_falls_back() -> None:
         KeyError("COLAB_TPU_ADDR"),
         RuntimeError("TPU is not yet ready"),
         IndexError("index 0 is out of bounds for axis 0 with size 0"),
-        tf.errors.NotFoundError(None, None, "TPUs not found in the cluster. Failed in "
-                                "initialization: No OpKernel was registered to support Op "
-                                "'ConfigureDistributedTPU' used by {{node X}} with these attrs: [a=1]"),
+        tf.errors.NotFoundError(
+            None,
+            None,
+            "TPUs not found in the cluster. Failed in "
+            "initialization: No OpKernel was registered to support Op "
+            "'ConfigureDistributedTPU' used by {{node X}} with these attrs: [a=1]",
+        ),
     ]
     for error in errors:
         plan = _plan(FakeMachine(gpus=1, tpu_error=error))
@@ -101,8 +107,11 @@ def test_cpu_replicas_default(monkeypatch) -> None:
 def test_detect_strategy_with_fakes(capsys) -> None:
     machine = FakeMachine(gpus=4, tpu_error=ValueError("Please provide a TPU Name to connect to."))
     built = []
-    result = detect_strategy(find_tpu=machine.find_tpu, list_devices=machine.list_devices,
-                             build=lambda plan: built.append(plan) or "fake strategy")
+    result = detect_strategy(
+        find_tpu=machine.find_tpu,
+        list_devices=machine.list_devices,
+        build=lambda plan: built.append(plan) or "fake strategy",
+    )
     assert result == "fake strategy" and built[0].kind == "multi_gpu"
     out = capsys.readouterr().out.splitlines()
     assert out == [

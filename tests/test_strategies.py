@@ -20,7 +20,9 @@ from course_utils.processes import run_python
     ],
 )
 def test_every_kind_that_runs_on_a_cpu(kind: str, name: str, replicas: int, capsys) -> None:
-    strategy = course_utils.get_strategy(kind, replicas=2 if kind in {"mirrored", "central_storage"} else None)
+    strategy = course_utils.get_strategy(
+        kind, replicas=2 if kind in {"mirrored", "central_storage"} else None
+    )
     assert strategy.num_replicas_in_sync == replicas
     line = capsys.readouterr().out.strip()
     assert line.startswith(f"Strategy: {name} with {replicas} replica")
@@ -227,7 +229,9 @@ def test_mirrored_cpus_uses_the_first_virtual_cpus() -> None:
     assert mirrored_cpus(2).num_replicas_in_sync == 2
     one = mirrored_cpus(1)
     assert one.num_replicas_in_sync == 1
-    assert [d.upper() for d in one.extended.worker_devices] == ["/JOB:LOCALHOST/REPLICA:0/TASK:0/DEVICE:CPU:0"]
+    assert [d.upper() for d in one.extended.worker_devices] == [
+        "/JOB:LOCALHOST/REPLICA:0/TASK:0/DEVICE:CPU:0"
+    ]
     with pytest.raises(ReplicaCountError) as info:
         mirrored_cpus(3, needed_by="The demo")
     assert "The demo needs 3 replicas, but TensorFlow has 2 CPU devices" in str(info.value)
@@ -247,9 +251,12 @@ def test_mirrored_cpus_is_one_strategy_per_count_and_all_reduce() -> None:
         mirrored_cpus(2, all_reduce="nccl")
 
 
-@pytest.mark.xfail(strict=True, reason="Model.fit with steps_per_execution > 1 fails on a collective "
-                   "MirroredStrategy over virtual CPUs (TF 2.21, Keras 3.15): an upgrade that fixes it "
-                   "makes this test pass, and then the benchmark can drop ReductionToOneDevice")
+@pytest.mark.xfail(
+    strict=True,
+    reason="Model.fit with steps_per_execution > 1 fails on a collective "
+    "MirroredStrategy over virtual CPUs (TF 2.21, Keras 3.15): an upgrade that fixes it "
+    "makes this test pass, and then the benchmark can drop ReductionToOneDevice",
+)
 def test_fit_with_steps_per_execution_on_the_collective_strategy() -> None:
     # In a fresh process: a failed collective aborts every later collective of its process.
     result = run_python(

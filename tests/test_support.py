@@ -45,7 +45,9 @@ def test_attempt_reports_exceptions_and_non_finite_losses():
 
 
 def test_summarize_error_shortens_known_upstream_errors():
-    error = ValueError("Attempt to convert a value (PerReplica:{\n 0: <tf.Tensor ...>}) with an unsupported type")
+    error = ValueError(
+        "Attempt to convert a value (PerReplica:{\n 0: <tf.Tensor ...>}) with an unsupported type"
+    )
     assert support.summarize_error(error) == (
         "ValueError: Attempt to convert a value (PerReplica:{...}) to a Tensor"
     )
@@ -57,8 +59,13 @@ def test_render_matrix_numbers_notes_once_per_distinct_problem():
     missing = Outcome("not run", "no TPU here")
     rows = [
         Row("ok", Outcome("works", "2 steps"), Outcome("works")),
-        Row("broken", Outcome("fails", "ValueError: boom."), Outcome("works"), issue="org/repo#1",
-            alternative="the custom loop"),
+        Row(
+            "broken",
+            Outcome("fails", "ValueError: boom."),
+            Outcome("works"),
+            issue="org/repo#1",
+            alternative="the custom loop",
+        ),
         Row("n/a", Outcome("-", "does not apply"), Outcome("works")),
         Row("tpu", missing, missing),
     ]
@@ -73,15 +80,22 @@ def test_render_matrix_numbers_notes_once_per_distinct_problem():
 
 
 def test_outcomes_are_read_from_the_last_json_line():
-    stdout = "noise\n" + json.dumps({"custom_loop": {"status": "works", "note": ""},
-                                     "fit": {"status": "fails", "note": "E"}}) + "\n"
+    stdout = (
+        "noise\n"
+        + json.dumps(
+            {"custom_loop": {"status": "works", "note": ""}, "fit": {"status": "fails", "note": "E"}}
+        )
+        + "\n"
+    )
     assert support._outcomes_from(stdout, ("custom_loop", "fit")) == {
-        "custom_loop": Outcome("works", ""), "fit": Outcome("fails", "E")}
+        "custom_loop": Outcome("works", ""),
+        "fit": Outcome("fails", "E"),
+    }
     assert support._outcomes_from("no json here", ("fit",)) is None
 
 
-
-@pytest.mark.parametrize("script", [support._MULTI_WORKER_SCRIPT,
-                                    support._PARAMETER_SERVER_SCRIPT.format(workers=2)])
+@pytest.mark.parametrize(
+    "script", [support._MULTI_WORKER_SCRIPT, support._PARAMETER_SERVER_SCRIPT.format(workers=2)]
+)
 def test_cluster_scripts_compile(script):
     compile(script, "<cluster script>", "exec")

@@ -12,7 +12,7 @@ from ..strategies import mirrored_cpus
 
 
 def check_data_parallel_gradient(
-    data_parallel_gradient: Callable[[dict, np.ndarray, np.ndarray, int], dict]
+    data_parallel_gradient: Callable[[dict, np.ndarray, np.ndarray, int], dict],
 ) -> None:
     """The all-reduced gradient of N replicas must equal the single-device gradient of the batch."""
     problem = sim.make_problem(examples=24, features=4, classes=3, seed=7)
@@ -45,7 +45,10 @@ def check_data_parallel_gradient(
                     rtol=0,
                     atol=1e-6,
                 )
-    passed("data_parallel_gradient", "equals the single-device gradient on 1 to 5 replicas, even and uneven shards.")
+    passed(
+        "data_parallel_gradient",
+        "equals the single-device gradient on 1 to 5 replicas, even and uneven shards.",
+    )
 
 
 #: The epoch of ``updates_per_epoch``: examples in the data set, examples per replica per step.
@@ -113,7 +116,9 @@ def check_updates_per_epoch(prediction: Any) -> None:
     )
 
 
-def _epoch_traffic(num_params: int, examples: int, per_replica_batch: int, replicas: int, width: int = 4) -> float:
+def _epoch_traffic(
+    num_params: int, examples: int, per_replica_batch: int, replicas: int, width: int = 4
+) -> float:
     from ..allreduce import ring_bytes_per_device
 
     steps = -(-examples // (per_replica_batch * replicas))
@@ -148,9 +153,13 @@ def check_epoch_traffic(epoch_traffic: Callable[..., float]) -> None:
             else:
                 steps = -(-examples // (batch * n))
             per_step = ring_bytes_per_device(params, n, bytes_per_param=width)
-            case = f"epoch_traffic({params:,}, examples={examples:,}, per_replica_batch={batch}, replicas={n})"
+            case = (
+                f"epoch_traffic({params:,}, examples={examples:,}, per_replica_batch={batch}, replicas={n})"
+            )
             if n == 1:
-                expect(abs(got) < 1e-9, f"{case} should be 0: one device has nobody to send to (got {got:,.0f}).")
+                expect(
+                    abs(got) < 1e-9, f"{case} should be 0: one device has nobody to send to (got {got:,.0f})."
+                )
                 continue
             expect(
                 not np.isclose(got, per_step),
@@ -175,7 +184,10 @@ def check_epoch_traffic(epoch_traffic: Callable[..., float]) -> None:
                 rtol=1e-9,
                 atol=1e-6,
             )
-    passed("epoch_traffic", "steps of the global batch (the last one too) x 2 (N-1)/N x gradient bytes; nothing on one device.")
+    passed(
+        "epoch_traffic",
+        "steps of the global batch (the last one too) x 2 (N-1)/N x gradient bytes; nothing on one device.",
+    )
 
 
 def reference_solutions() -> dict[str, Any]:

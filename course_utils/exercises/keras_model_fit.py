@@ -122,9 +122,7 @@ def check_fit_distributed(fit_distributed: Callable[..., Any], strategy: Any = N
         per_replica, epochs = CHECK_PER_REPLICA_BATCH, 1
         global_batch = per_replica * strategy.num_replicas_in_sync
         try:
-            model = fit_distributed(
-                strategy, images, labels, per_replica_batch=per_replica, epochs=epochs
-            )
+            model = fit_distributed(strategy, images, labels, per_replica_batch=per_replica, epochs=epochs)
         except RuntimeError as error:
             if "Mixing different tf.distribute.Strategy" in str(error):
                 expect(
@@ -270,8 +268,9 @@ SPLIT_PER_REPLICA = 64
 SPLIT_KEYS = ("steps_per_epoch", "last_step_per_replica", "iterations")
 
 
-def measure_fit_split(strategy: Any, examples: int = SPLIT_EXAMPLES,
-                      per_replica: int = SPLIT_PER_REPLICA) -> dict[str, Any]:
+def measure_fit_split(
+    strategy: Any, examples: int = SPLIT_EXAMPLES, per_replica: int = SPLIT_PER_REPLICA
+) -> dict[str, Any]:
     """One epoch of ``fit`` on ``strategy``: steps, the examples each replica got in the last
     step (from the distributed dataset ``fit`` iterates), and ``optimizer.iterations`` after it."""
     import keras
@@ -287,11 +286,18 @@ def measure_fit_split(strategy: Any, examples: int = SPLIT_EXAMPLES,
         last = [int(part.shape[0]) for part in strategy.experimental_local_results(images)]
     with strategy.scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-        model.compile(optimizer=keras.optimizers.SGD(0.01),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.01),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
     model.fit(dataset, epochs=1, verbose=0)
-    return {"global_batch": global_batch, "steps_per_epoch": steps, "last_step": last,
-            "last_step_per_replica": last[0], "iterations": _iterations(model)}
+    return {
+        "global_batch": global_batch,
+        "steps_per_epoch": steps,
+        "last_step": last,
+        "last_step_per_replica": last[0],
+        "iterations": _iterations(model),
+    }
 
 
 def check_fit_split_prediction(prediction: Any, strategy: Any = None) -> None:
@@ -307,22 +313,26 @@ def check_fit_split_prediction(prediction: Any, strategy: Any = None) -> None:
             prediction = prediction()
         expect(
             isinstance(prediction, dict) and set(prediction) == set(SPLIT_KEYS),
-            f"Return a dict with the keys {', '.join(SPLIT_KEYS)} (three whole numbers), "
-            f"got {prediction!r}.",
+            f"Return a dict with the keys {', '.join(SPLIT_KEYS)} (three whole numbers), got {prediction!r}.",
         )
         expect(
-            all(isinstance(prediction[k], (int, np.integer)) and not isinstance(prediction[k], bool)
-                for k in SPLIT_KEYS),
+            all(
+                isinstance(prediction[k], (int, np.integer)) and not isinstance(prediction[k], bool)
+                for k in SPLIT_KEYS
+            ),
             "Each prediction is a whole number (an int): "
-            + ", ".join(f"{k}={prediction[k]!r}" for k in SPLIT_KEYS) + ".",
+            + ", ".join(f"{k}={prediction[k]!r}" for k in SPLIT_KEYS)
+            + ".",
         )
         strategy = _need_two_replicas(exercise_id, strategy)
         one = measure_fit_split(tf.distribute.OneDeviceStrategy("/cpu:0"))
         two = measure_fit_split(strategy)
         for name, got in [("one device", one), ("2 replicas", two)]:
-            print(f"{name:>10}: global batch {got['global_batch']:>3}, {got['steps_per_epoch']} steps, "
-                  f"last step {' + '.join(map(str, got['last_step']))} examples, "
-                  f"optimizer.iterations = {got['iterations']}")
+            print(
+                f"{name:>10}: global batch {got['global_batch']:>3}, {got['steps_per_epoch']} steps, "
+                f"last step {' + '.join(map(str, got['last_step']))} examples, "
+                f"optimizer.iterations = {got['iterations']}"
+            )
         steps, per_replica, iterations = (prediction[k] for k in SPLIT_KEYS)
         expect(
             steps != one["steps_per_epoch"],

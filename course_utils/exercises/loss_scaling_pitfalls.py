@@ -50,9 +50,7 @@ def _classifier() -> Callable[[], Any]:
                 keras.layers.Dense(
                     8, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=11)
                 ),
-                keras.layers.Dense(
-                    CLASSES, kernel_initializer=keras.initializers.GlorotUniform(seed=12)
-                ),
+                keras.layers.Dense(CLASSES, kernel_initializer=keras.initializers.GlorotUniform(seed=12)),
             ]
         )
 
@@ -115,11 +113,7 @@ def _measure(step: Any, build: Callable[[], Any], batch: tuple, **kwargs: Any) -
 
 
 def _near(value: Any, target: float, tol: float = 1e-3) -> bool:
-    return (
-        value is not None
-        and math.isfinite(value)
-        and abs(value - target) <= tol * max(1.0, abs(target))
-    )
+    return value is not None and math.isfinite(value) and abs(value - target) <= tol * max(1.0, abs(target))
 
 
 def _factor_text(result: UpdateFactor) -> str:
@@ -246,10 +240,10 @@ def check_clip_after_sum(clip_summed_gradients: Callable[[Any, float], Any]) -> 
         return loss
 
     with exercise("clip_after_sum"):
-        for where, strategy in [("2 replicas", two_replicas()),
-                                ("1 device", tf.distribute.get_strategy())]:
-            result = update_factor(step, _classifier(), _data(GLOBAL_BATCH), strategy=strategy,
-                                   reference_step=reference)
+        for where, strategy in [("2 replicas", two_replicas()), ("1 device", tf.distribute.get_strategy())]:
+            result = update_factor(
+                step, _classifier(), _data(GLOBAL_BATCH), strategy=strategy, reference_step=reference
+            )
             if result.ok:
                 continue
             found = (
@@ -269,8 +263,7 @@ def check_clip_after_sum(clip_summed_gradients: Callable[[Any, float], Any]) -> 
             if result.factor > 5:
                 expect(
                     False,
-                    f"{found} The gradients were not clipped: the update is as large as "
-                    "without clipping.",
+                    f"{found} The gradients were not clipped: the update is as large as without clipping.",
                 )
             if replicas > 1 and result.mismatch > 1e-3:
                 expect(
@@ -307,9 +300,7 @@ def _tagger() -> Callable[[], Any]:
         return keras.Sequential(
             [
                 keras.Input((TIME_STEPS, FEATURES)),
-                keras.layers.Dense(
-                    CLASSES, kernel_initializer=keras.initializers.GlorotUniform(seed=13)
-                ),
+                keras.layers.Dense(CLASSES, kernel_initializer=keras.initializers.GlorotUniform(seed=13)),
             ]
         )
 
@@ -389,8 +380,11 @@ def check_average_loss(average_loss: Callable[[Any], Any], global_batch: int = 8
         return loss
 
     with exercise("average_loss"):
-        for size, split in [(global_batch, "full batch"), (3, "short batch split 2 + 1"),
-                            (1, "batch of 1: the second replica gets 0 examples")]:
+        for size, split in [
+            (global_batch, "full batch"),
+            (3, "short batch split 2 + 1"),
+            (1, "batch of 1: the second replica gets 0 examples"),
+        ]:
             result = _measure(step, _classifier(), _data(size, seed=3), reference_step=_reference_step())
             expect(
                 result.loss is not None and math.isfinite(result.loss),
@@ -429,8 +423,7 @@ def check_track_loss(epoch_training_loss: Callable[[Any, Any, int], Any]) -> Non
         ([2.0, 3.0, 4.0, 5.0, 1.0, 1.0, 1.0, 1.0], 2.25),
     ]
     with exercise("track_loss"):
-        for strategy, where in [(two_replicas(), "2 replicas"),
-                                (tf.distribute.get_strategy(), "1 device")]:
+        for strategy, where in [(two_replicas(), "2 replicas"), (tf.distribute.get_strategy(), "1 device")]:
             for values, want in cases:
                 dataset = tf.data.Dataset.from_tensor_slices(tf.constant(values)).batch(4)
                 got = epoch_training_loss(strategy, dataset, 4)

@@ -85,9 +85,12 @@ def check_batch_sizes(batch_sizes: Callable[[int, int, int], tuple[int, int]]) -
             global_batch, per_worker = (int(v) for v in got)
             want = (per_replica * workers * local, per_replica * local)
             if global_batch == per_replica * local and workers > 1:
-                expect(False, f"batch_sizes({per_replica}, {workers}, {local}): the global batch "
-                       f"{global_batch} counts only one worker's replicas. It spans every replica of "
-                       "every worker: per_replica x workers x replicas_per_worker.")
+                expect(
+                    False,
+                    f"batch_sizes({per_replica}, {workers}, {local}): the global batch "
+                    f"{global_batch} counts only one worker's replicas. It spans every replica of "
+                    "every worker: per_replica x workers x replicas_per_worker.",
+                )
             expect(
                 (global_batch, per_worker) == want,
                 f"batch_sizes({per_replica}, {workers}, {local}) should be {want}, got {got!r}. "
@@ -132,9 +135,12 @@ def check_examples_seen(
                     got = [int(i) for i in examples_seen(count, global_batch, workers, worker, policy)]
                     want = _reference_examples(count, global_batch, workers, worker, policy)
                     if policy == "DATA" and sorted(got) == list(range(worker, count, workers)):
-                        expect(False, f"examples_seen({count}, {global_batch}, {workers}, {worker}, 'DATA'): "
-                               "you took every n-th example. Under DATA each *global batch* is split: "
-                               "worker w gets the w-th slice of global_batch // workers examples of it.")
+                        expect(
+                            False,
+                            f"examples_seen({count}, {global_batch}, {workers}, {worker}, 'DATA'): "
+                            "you took every n-th example. Under DATA each *global batch* is split: "
+                            "worker w gets the w-th slice of global_batch // workers examples of it.",
+                        )
                     expect(
                         got == want,
                         f"examples_seen({count}, {global_batch}, {workers}, {worker}, {policy!r}) should be "
@@ -164,8 +170,11 @@ STEPS_PER_EPOCH, EPOCHS, SAVE_EVERY = 4, 3, 5
 def _function_from_program(program: Any, name: str) -> Callable:
     """The function ``name`` of the worker program file, without running the program."""
     path = Path(program)
-    expect(path.is_file(), f"There is no worker program at {path.name}: run the cell that writes it "
-           "(the one starting with %%writefile).")
+    expect(
+        path.is_file(),
+        f"There is no worker program at {path.name}: run the cell that writes it "
+        "(the one starting with %%writefile).",
+    )
     tree = ast.parse(path.read_text())
     nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
     expect(nodes, f"The worker program has no function {name}(): keep its name and arguments.")
@@ -200,52 +209,79 @@ def check_resume_point(program: Any, killed: Any, resumed: Any, uninterrupted: A
     with exercise("resume_point"):
         resume_point = _function_from_program(program, "resume_point")
         first = resume_point(5, STEPS_PER_EPOCH)
-        expect(isinstance(first, (tuple, list)) and len(first) == 2,
-               f"Return a pair (epoch, skip); resume_point(5, 4) returned {first!r}.")
-        expect(resumed is not None,
-               "The restarted cluster did not finish (its cell shows why): fix resume_point, run the "
-               "cell that writes the program, then the two cluster cells, then this check.")
+        expect(
+            isinstance(first, (tuple, list)) and len(first) == 2,
+            f"Return a pair (epoch, skip); resume_point(5, 4) returned {first!r}.",
+        )
+        expect(
+            resumed is not None,
+            "The restarted cluster did not finish (its cell shows why): fix resume_point, run the "
+            "cell that writes the program, then the two cluster cells, then this check.",
+        )
         chief, other = _data(resumed, "worker 0"), _data(resumed, "worker 1")
         restored = chief.get("restored")
-        expect(restored is not None, "The restarted cluster restored no checkpoint: run the cell that "
-               "kills a worker first, then the restart, with the same run folder.")
-        expect([s[2] for s in chief["steps"]] == [s[2] for s in other["steps"]],
-               "After the restart the two workers reported different losses: every worker must resume "
-               "at the same place, so resume_point must depend only on its arguments.")
+        expect(
+            restored is not None,
+            "The restarted cluster restored no checkpoint: run the cell that "
+            "kills a worker first, then the restart, with the same run folder.",
+        )
+        expect(
+            [s[2] for s in chief["steps"]] == [s[2] for s in other["steps"]],
+            "After the restart the two workers reported different losses: every worker must resume "
+            "at the same place, so resume_point must depend only on its arguments.",
+        )
         per_epoch = _examples_by_epoch(killed, resumed, restored)
         epoch_size = STEPS_PER_EPOCH * 16
         for epoch in range(EPOCHS):
             ids = per_epoch.get(epoch, [])
             twice = len(ids) - len(set(ids))
             missing = epoch_size - len(set(ids))
-            expect(twice == 0, f"Epoch {epoch + 1} trained {twice} examples twice: after the restart the "
-                   "workers redid batches that the checkpoint already held. The checkpoint's global step "
-                   "counts every batch trained since the start, across epochs: skip the ones of this epoch.")
-            expect(missing == 0, f"Epoch {epoch + 1} never trained {missing} of its {epoch_size} examples: "
-                   "after the restart the workers skipped batches that the checkpoint did not hold. "
-                   "optimizer.iterations is the number of steps done, so the next batch has that index.")
+            expect(
+                twice == 0,
+                f"Epoch {epoch + 1} trained {twice} examples twice: after the restart the "
+                "workers redid batches that the checkpoint already held. The checkpoint's global step "
+                "counts every batch trained since the start, across epochs: skip the ones of this epoch.",
+            )
+            expect(
+                missing == 0,
+                f"Epoch {epoch + 1} never trained {missing} of its {epoch_size} examples: "
+                "after the restart the workers skipped batches that the checkpoint did not hold. "
+                "optimizer.iterations is the number of steps done, so the next batch has that index.",
+            )
         final = chief["steps"][-1][0]
-        expect(final == EPOCHS * STEPS_PER_EPOCH,
-               f"The restarted run ended at global step {final}, not {EPOCHS * STEPS_PER_EPOCH}: "
-               "the epochs after the restart were not the ones the checkpoint left unfinished.")
+        expect(
+            final == EPOCHS * STEPS_PER_EPOCH,
+            f"The restarted run ended at global step {final}, not {EPOCHS * STEPS_PER_EPOCH}: "
+            "the epochs after the restart were not the ones the checkpoint left unfinished.",
+        )
         if uninterrupted is not None:
-            expect(chief.get("weights") == _data(uninterrupted, "worker 0").get("weights"),
-                   "The resumed run's final weights differ from the run that was never stopped.")
+            expect(
+                chief.get("weights") == _data(uninterrupted, "worker 0").get("weights"),
+                "The resumed run's final weights differ from the run that was never stopped.",
+            )
         for step in (0, 4, 6, 11, 7):
             want = divmod(step, STEPS_PER_EPOCH if step != 7 else 3)
             got = tuple(int(v) for v in resume_point(step, STEPS_PER_EPOCH if step != 7 else 3))
-            expect(got == want, f"resume_point({step}, {4 if step != 7 else 3}) should be {want}, got {got}: "
-                   "your answer fits this cluster's numbers only.")
-    passed("resume_point", f"the restarted cluster resumed at global step {restored + 1}, trained every "
-           "example once per epoch on both workers and ended with the weights of the run never stopped.")
+            expect(
+                got == want,
+                f"resume_point({step}, {4 if step != 7 else 3}) should be {want}, got {got}: "
+                "your answer fits this cluster's numbers only.",
+            )
+    passed(
+        "resume_point",
+        f"the restarted cluster resumed at global step {restored + 1}, trained every "
+        "example once per epoch on both workers and ended with the weights of the run never stopped.",
+    )
 
 
 def check_restart_step(prediction: Any, killed: Any, resumed: Any = None) -> None:
     """Predict-then-run: the first global step the restarted cluster computes."""
     with exercise("restart_step"):
         expect(prediction is not None, "Set PREDICTION to a whole number before running the cluster cells.")
-        expect(isinstance(prediction, (int, np.integer)) and not isinstance(prediction, bool),
-               f"PREDICTION should be a whole number (a global step), got {prediction!r}.")
+        expect(
+            isinstance(prediction, (int, np.integer)) and not isinstance(prediction, bool),
+            f"PREDICTION should be a whole number (a global step), got {prediction!r}.",
+        )
         saved = [int(step) for step, _time in _data(killed, "worker 0").get("saved", [])]
         held = max(int(s[0]) for s in _data(killed, "worker 0").get("steps", [[0]]))
         expect(saved, "The interrupted run saved no checkpoint: run the cell that kills a worker first.")
@@ -254,12 +290,20 @@ def check_restart_step(prediction: Any, killed: Any, resumed: Any = None) -> Non
             actual = int(_data(resumed, "worker 0")["steps"][0][0])
         ends = [s for s in saved if s % STEPS_PER_EPOCH == 0]
         if prediction == held + 1:
-            expect(False, f"You predicted {prediction}, the cluster computed step {actual} first: step {held} "
-                   f"was trained but never saved, and a restart begins from the last checkpoint (step {saved[-1]}).")
+            expect(
+                False,
+                f"You predicted {prediction}, the cluster computed step {actual} first: step {held} "
+                f"was trained but never saved, and a restart begins from the last checkpoint (step {saved[-1]}).",
+            )
         if ends and prediction == ends[-1] + 1 and actual != prediction:
-            expect(False, f"You predicted {prediction}, the cluster computed step {actual} first: you counted the "
-                   f"end-of-epoch saves only; the chief also saves every {SAVE_EVERY} global steps.")
-        expect(int(prediction) == actual,
-               f"You predicted {prediction}, the cluster computed step {actual} first: the checkpoints were "
-               f"written after steps {saved} and a restart continues after the last one.")
+            expect(
+                False,
+                f"You predicted {prediction}, the cluster computed step {actual} first: you counted the "
+                f"end-of-epoch saves only; the chief also saves every {SAVE_EVERY} global steps.",
+            )
+        expect(
+            int(prediction) == actual,
+            f"You predicted {prediction}, the cluster computed step {actual} first: the checkpoints were "
+            f"written after steps {saved} and a restart continues after the last one.",
+        )
     passed("restart_step", f"the restarted cluster began at global step {actual}.")

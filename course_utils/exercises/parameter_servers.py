@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from ..strategies import mirrored_cpus
 from ..checks import exercise, expect, passed
+from ..strategies import mirrored_cpus
 
 
 def reference_shard_ranges(rows: int, num_shards: int) -> list[tuple[int, int]]:
@@ -38,12 +38,18 @@ def check_shard_ranges(
             got = [tuple(int(v) for v in r) for r in shard_ranges(rows, shards)]
             want = reference_shard_ranges(rows, shards)
             if len(got) != len(want) and shards > rows:
-                expect(False, f"shard_ranges({rows}, {shards}): a shard holds at least one row, so a "
-                       f"{rows}-row variable gets {rows} shards at most, not {len(got)}.")
+                expect(
+                    False,
+                    f"shard_ranges({rows}, {shards}): a shard holds at least one row, so a "
+                    f"{rows}-row variable gets {rows} shards at most, not {len(got)}.",
+                )
             sizes = [b - a for a, b in got]
             if sorted(sizes) == sorted(b - a for a, b in want) and got != want:
-                expect(False, f"shard_ranges({rows}, {shards}) = {got}: right sizes, wrong order. "
-                       "TensorFlow gives the extra rows to the *first* shards.")
+                expect(
+                    False,
+                    f"shard_ranges({rows}, {shards}) = {got}: right sizes, wrong order. "
+                    "TensorFlow gives the extra rows to the *first* shards.",
+                )
             expect(
                 got == want,
                 f"shard_ranges({rows}, {shards}) should be {want}, got {got}. Cut the rows into "
@@ -97,8 +103,13 @@ SHARD_MIN_BYTES = 16 << 10
 SHARD_MAX = 4
 
 
-def reference_shard_count(rows: int, columns: int = 32, bytes_per_value: int = 4,
-                          min_shard_bytes: int = SHARD_MIN_BYTES, max_shards: int = SHARD_MAX) -> int:
+def reference_shard_count(
+    rows: int,
+    columns: int = 32,
+    bytes_per_value: int = 4,
+    min_shard_bytes: int = SHARD_MIN_BYTES,
+    max_shards: int = SHARD_MAX,
+) -> int:
     """The shards ``MinSizePartitioner`` gives a ``(rows, columns)`` variable: TensorFlow's
     ``min_max_variable_partitioner`` rounds ``bytes / min_shard_bytes`` *up*, then caps it by
     ``max_shards`` and by the rows."""
@@ -158,8 +169,11 @@ def check_shard_count(prediction: Any, observed: Optional[dict[str, list]] = Non
                 f"follow the servers: MinSizePartitioner cuts {kib:g} KiB by size, and the 2 servers "
                 f"take the shards in turn. The cluster made {real}.",
             )
-            expect(False, f"{key}: you predicted {got}, the cluster made {real}: ceil({kib:g} KiB / "
-                   f"16 KiB), at most max_shards={SHARD_MAX}.")
+            expect(
+                False,
+                f"{key}: you predicted {got}, the cluster made {real}: ceil({kib:g} KiB / "
+                f"16 KiB), at most max_shards={SHARD_MAX}.",
+            )
     passed("shard_count", "ceil(size / min_shard_bytes), capped by max_shards, as the cluster did.")
 
 
@@ -179,7 +193,15 @@ def check_ps_placement(
 ) -> None:
     """``ps_placement(shard_counts, num_ps)``: for variables created in this order with these
     numbers of shards, the parameter server of each shard (a list of lists of ints)."""
-    cases = [([3, 4], 2), ([1, 1, 1, 1, 1], 2), ([2, 1, 1], 2), ([4, 2], 3), ([3, 3, 1], 3), ([5], 2), ([1, 2], 4)]
+    cases = [
+        ([3, 4], 2),
+        ([1, 1, 1, 1, 1], 2),
+        ([2, 1, 1], 2),
+        ([4, 2], 3),
+        ([3, 3, 1], 3),
+        ([5], 2),
+        ([1, 2], 4),
+    ]
     with exercise("ps_placement"):
         for counts, num_ps in cases:
             raw = ps_placement(list(counts), num_ps)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from ..strategies import mirrored_cpus
 from ..checks import exercise, expect, expect_close, passed
+from ..strategies import mirrored_cpus
 
 #: (machines, devices per machine, device type, synchronous, answer, the cluster in words)
 SCENARIOS: tuple[tuple[int, int, str, bool, str, str], ...] = (

@@ -33,27 +33,67 @@ def build_parser() -> argparse.ArgumentParser:
         description="Grade submitted notebooks of the course: run each student's exercise code "
         "inside the canonical notebook with the canonical checks, and write a report.",
     )
-    parser.add_argument("submissions", nargs="+", metavar="SUBMISSION",
-                        help="a notebook, a student's folder (its name is the student id), or a folder of such folders")
-    parser.add_argument("--out", default="grades", metavar="DIR", help="where the reports go (default: grades)")
-    parser.add_argument("--course", metavar="DIR", help="the course folder holding solutions/ (default: this checkout)")
+    parser.add_argument(
+        "submissions",
+        nargs="+",
+        metavar="SUBMISSION",
+        help="a notebook, a student's folder (its name is the student id), or a folder of such folders",
+    )
+    parser.add_argument(
+        "--out", default="grades", metavar="DIR", help="where the reports go (default: grades)"
+    )
+    parser.add_argument(
+        "--course", metavar="DIR", help="the course folder holding solutions/ (default: this checkout)"
+    )
     parser.add_argument("--notebook", metavar="NAME", help="grade every submission as this course notebook")
-    parser.add_argument("-j", "--jobs", type=int, default=default_jobs(),
-                        help=f"submissions graded at the same time (default: half the cores, here {default_jobs()})")
-    parser.add_argument("--cell-timeout", type=float, default=120.0, metavar="S",
-                        help="seconds for each exercise cell and each check cell (default: 120)")
-    parser.add_argument("--course-cell-timeout", type=float, default=600.0, metavar="S",
-                        help="seconds for each of the course's own cells (default: 600)")
-    parser.add_argument("--timeout", type=float, default=1200.0, metavar="S",
-                        help="seconds for a whole notebook, kernel start included (default: 1200)")
-    parser.add_argument("--strategy", default="default", help="COURSE_STRATEGY of the runs (default: default)")
+    parser.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=default_jobs(),
+        help=f"submissions graded at the same time (default: half the cores, here {default_jobs()})",
+    )
+    parser.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds for each exercise cell and each check cell (default: 120)",
+    )
+    parser.add_argument(
+        "--course-cell-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds for each of the course's own cells (default: 600)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=1200.0,
+        metavar="S",
+        help="seconds for a whole notebook, kernel start included (default: 1200)",
+    )
+    parser.add_argument(
+        "--strategy", default="default", help="COURSE_STRATEGY of the runs (default: default)"
+    )
     parser.add_argument("--replicas", type=int, help="COURSE_REPLICAS of the runs (default: unset)")
-    parser.add_argument("--full", action="store_true", help="run with full data and steps (COURSE_FAST unset)")
-    parser.add_argument("--online", action="store_true", help="let the runs use the network (COURSE_OFFLINE unset)")
-    parser.add_argument("--sandbox", choices=("auto", "on", "off"), default="auto",
-                        help="read-only file system outside each run's folder (Linux): auto uses it where "
-                        "the machine allows it, on refuses to grade without it (default: auto)")
-    parser.add_argument("--workdir", metavar="DIR", help="where the temporary run folders go (default: the system's)")
+    parser.add_argument(
+        "--full", action="store_true", help="run with full data and steps (COURSE_FAST unset)"
+    )
+    parser.add_argument(
+        "--online", action="store_true", help="let the runs use the network (COURSE_OFFLINE unset)"
+    )
+    parser.add_argument(
+        "--sandbox",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="read-only file system outside each run's folder (Linux): auto uses it where "
+        "the machine allows it, on refuses to grade without it (default: auto)",
+    )
+    parser.add_argument(
+        "--workdir", metavar="DIR", help="where the temporary run folders go (default: the system's)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run folders and logs (for debugging)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     return parser
@@ -90,8 +130,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"grade: {error}", file=sys.stderr)
         return EXIT_USAGE
     if args.notebook and args.notebook not in course.notebooks:
-        print(f"grade: --notebook {args.notebook}: not a course notebook ({', '.join(course.notebooks)}).",
-              file=sys.stderr)
+        print(
+            f"grade: --notebook {args.notebook}: not a course notebook ({', '.join(course.notebooks)}).",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     for problem in course.problems:
         _say(f"note: {problem}", args.quiet)
@@ -132,8 +174,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.replicas is not None:
         env["COURSE_REPLICAS"] = str(args.replicas)
     options = runner.RunOptions(
-        cell_timeout=args.cell_timeout, course_cell_timeout=args.course_cell_timeout,
-        notebook_timeout=args.timeout, env=env, sandbox=use_sandbox, keep=args.keep,
+        cell_timeout=args.cell_timeout,
+        course_cell_timeout=args.course_cell_timeout,
+        notebook_timeout=args.timeout,
+        env=env,
+        sandbox=use_sandbox,
+        keep=args.keep,
         sanitize=course.sanitize,
     )
 
@@ -143,17 +189,25 @@ def main(argv: Optional[list[str]] = None) -> int:
     for sub in subs:
         nb = course.notebooks.get(sub.notebook)
         result = report.Result(
-            student=sub.student, notebook=sub.notebook or sub.path.name, status="invalid",
-            exercises=[], passed=0, total=len(nb.exercises) if nb else 0,
-            source=_display(sub.path), notes=list(sub.notes),
+            student=sub.student,
+            notebook=sub.notebook or sub.path.name,
+            status="invalid",
+            exercises=[],
+            passed=0,
+            total=len(nb.exercises) if nb else 0,
+            source=_display(sub.path),
+            notes=list(sub.notes),
         )
         results.append(result)
         if sub.error or nb is None:
             result.notes.insert(0, sub.error or "no matching course notebook")
             if nb is not None:
                 result.exercises = [
-                    {"id": ex.id, "status": "missing",
-                     "message": f"Not graded: {sub.error or 'the notebook could not be read'}."}
+                    {
+                        "id": ex.id,
+                        "status": "missing",
+                        "message": f"Not graded: {sub.error or 'the notebook could not be read'}.",
+                    }
                     for ex in nb.exercises
                 ]
             continue
@@ -170,8 +224,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     run_cells: dict[int, dict[int, dict]] = {}
     grader_errors = 0
     started = time.monotonic()
-    _say(f"grading {len(jobs)} notebook(s) of {len({s.student for s in subs})} student(s) "
-         f"with {args.jobs} job(s) ({len(results) - len(jobs)} not runnable)", args.quiet)
+    _say(
+        f"grading {len(jobs)} notebook(s) of {len({s.student for s in subs})} student(s) "
+        f"with {args.jobs} job(s) ({len(results) - len(jobs)} not runnable)",
+        args.quiet,
+    )
 
     def grade_one(result: report.Result, graded: extract.GradedNotebook) -> runner.RunResult:
         outcome = runner.run(graded, result.notebook, work_root, options)
@@ -190,9 +247,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                     status, exercises, notes = verdict.exercise_results(graded, outcome, options)
                 except Exception as error:  # the grader's own bug: this submission only
                     outcome = None
-                    status, notes = "error", [f"the grader failed on this submission: {type(error).__name__}: {error}"]
-                    exercises = [{"id": ex.id, "status": "error", "message": f"Not graded: {notes[0]}."}
-                                 for ex in graded.exercises]
+                    status, notes = (
+                        "error",
+                        [f"the grader failed on this submission: {type(error).__name__}: {error}"],
+                    )
+                    exercises = [
+                        {"id": ex.id, "status": "error", "message": f"Not graded: {notes[0]}."}
+                        for ex in graded.exercises
+                    ]
                 result.status, result.exercises = status, exercises
                 result.notes = notes + result.notes
                 result.passed = sum(e["status"] == "passed" for e in exercises)
@@ -203,9 +265,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                     if not outcome.started and not outcome.notebook_timed_out:
                         grader_errors += 1
                 done += 1
-                _say(f"[{done}/{len(jobs)}] {result.student} · {result.notebook}: {result.status}, "
-                     f"{result.passed}/{result.total} passed"
-                     + (f" ({result.seconds:.0f} s)" if result.seconds is not None else ""), args.quiet)
+                _say(
+                    f"[{done}/{len(jobs)}] {result.student} · {result.notebook}: {result.status}, "
+                    f"{result.passed}/{result.total} passed"
+                    + (f" ({result.seconds:.0f} s)" if result.seconds is not None else ""),
+                    args.quiet,
+                )
     except KeyboardInterrupt:
         runner.stop_all()
         print("grade: interrupted; no report written.", file=sys.stderr)
@@ -238,7 +303,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     )
     header = report.header(results, counts, env, limits, course.problems, changed)
     if changed:
-        print("grade: WARNING: submissions changed on disk during grading: " + ", ".join(changed), file=sys.stderr)
+        print(
+            "grade: WARNING: submissions changed on disk during grading: " + ", ".join(changed),
+            file=sys.stderr,
+        )
     exercise_ids = {name: nb.exercise_ids() for name, nb in course.notebooks.items()}
     try:
         report.write_all(results, out, header, exercise_ids, run_cells)
@@ -247,12 +315,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         return EXIT_GRADER
     total_passed = sum(r.passed for r in results)
     total = sum(r.total for r in results)
-    print(f"graded {len(results)} submission(s) in {time.monotonic() - started:.0f} s: "
-          + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-          + f"; {total_passed}/{total} exercises passed. Report: {_display(out / 'report.md')}",
-          file=sys.stderr)
+    print(
+        f"graded {len(results)} submission(s) in {time.monotonic() - started:.0f} s: "
+        + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        + f"; {total_passed}/{total} exercises passed. Report: {_display(out / 'report.md')}",
+        file=sys.stderr,
+    )
     if jobs and grader_errors == len(jobs):
-        print("grade: no grading run could start: the grader itself is not working here "
-              "(see the notes in the report).", file=sys.stderr)
+        print(
+            "grade: no grading run could start: the grader itself is not working here "
+            "(see the notes in the report).",
+            file=sys.stderr,
+        )
         return EXIT_GRADER
     return EXIT_OK

@@ -106,7 +106,9 @@ def find_course_root(explicit: Optional[str]) -> Path:
     if explicit:
         root = Path(explicit).expanduser().resolve()
         if not (root / "solutions").is_dir():
-            raise CourseNotFound(f"{explicit}: no solutions/ folder there (--course must be the course folder).")
+            raise CourseNotFound(
+                f"{explicit}: no solutions/ folder there (--course must be the course folder)."
+            )
         return root
     package_parent = Path(__file__).resolve().parents[2]
     if (package_parent / "solutions").is_dir():

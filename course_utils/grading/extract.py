@@ -76,8 +76,11 @@ def find_answers(sub: Submission, nb: CourseNotebook) -> dict[str, Answer]:
                 chosen.add(holders[-1])
         how = f"defines {', '.join(ex.names)}" if chosen else ""
         if not chosen:
-            tagged = [i for i, c in code_cells
-                      if _meta(c).get("role") == "solution" and _meta(c).get("exercise") == ex.id]
+            tagged = [
+                i
+                for i, c in code_cells
+                if _meta(c).get("role") == "solution" and _meta(c).get("exercise") == ex.id
+            ]
             if tagged:
                 chosen, how = {tagged[-1]}, "cell metadata"
         if not chosen:
@@ -145,8 +148,9 @@ def build(nb: CourseNotebook, answers: dict[str, Answer]) -> GradedNotebook:
         cells.append(ExerciseCells(ex.id, code_number[ex.solution_cell], code_number[ex.check_cell]))
     keep = {"kernelspec"}
     graded.metadata = {k: v for k, v in graded.metadata.items() if k in keep}
-    return GradedNotebook(graded, cells, answers, frozenset(student_cells),
-                          {ex.id: ex.names for ex in nb.exercises})
+    return GradedNotebook(
+        graded, cells, answers, frozenset(student_cells), {ex.id: ex.names for ex in nb.exercises}
+    )
 
 
 def describe(answers: dict[str, Answer], sub: Submission) -> list[str]:

@@ -149,9 +149,14 @@ def _outputs(item: pytest.Item) -> list[dict[str, Any]]:
             if data:
                 out.append({"output_type": "display_data", "data": data, "metadata": {}})
         elif kind == "error":
-            out.append({"output_type": "error", "ename": str(output.get("ename", "")),
-                        "evalue": str(output.get("evalue", ""))[:MAX_TEXT],
-                        "traceback": [str(t)[:MAX_TEXT] for t in (output.get("traceback") or [])[-40:]]})
+            out.append(
+                {
+                    "output_type": "error",
+                    "ename": str(output.get("ename", "")),
+                    "evalue": str(output.get("evalue", ""))[:MAX_TEXT],
+                    "traceback": [str(t)[:MAX_TEXT] for t in (output.get("traceback") or [])[-40:]],
+                }
+            )
     return out
 
 
@@ -173,16 +178,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception):
             if not rec.setup_error_sent:
                 rec.setup_error_sent = True
-                rec.send({"event": protocol.SETUP_ERROR,
-                          "message": _ANSI.sub("", str(call.excinfo.value))[-2000:]})
+                rec.send(
+                    {"event": protocol.SETUP_ERROR, "message": _ANSI.sub("", str(call.excinfo.value))[-2000:]}
+                )
         return
     if call.when != "call":
         return
     outputs = _outputs(item)
     ename, evalue, trace = _last_error(outputs)
-    record: dict[str, Any] = {"event": protocol.CELL, "cell": item.cell_num,
-                              "seconds": round(call.duration, 3), "outputs": outputs,
-                              "ename": ename, "evalue": evalue, "traceback": trace[-8000:]}
+    record: dict[str, Any] = {
+        "event": protocol.CELL,
+        "cell": item.cell_num,
+        "seconds": round(call.duration, 3),
+        "outputs": outputs,
+        "ename": ename,
+        "evalue": evalue,
+        "traceback": trace[-8000:],
+    }
     timeout = getattr(item, "_grade_timeout", rec.course_timeout)
     died = rec.died_at is not None and rec.died_at - rec.started < timeout
     if call.excinfo is None:

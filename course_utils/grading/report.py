@@ -33,7 +33,9 @@ class Result:
             "student": self.student,
             "notebook": self.notebook,
             "status": self.status,
-            "exercises": [{"id": e["id"], "status": e["status"], "message": e["message"]} for e in self.exercises],
+            "exercises": [
+                {"id": e["id"], "status": e["status"], "message": e["message"]} for e in self.exercises
+            ],
             "passed": self.passed,
             "total": self.total,
         }
@@ -61,21 +63,31 @@ def _short(ident: str, message: str) -> str:
 
 
 def write_json(results: list[Result], path: Path) -> None:
-    path.write_text(json.dumps({"results": [r.as_json() for r in results]}, indent=2, ensure_ascii=False) + "\n")
+    path.write_text(
+        json.dumps({"results": [r.as_json() for r in results]}, indent=2, ensure_ascii=False) + "\n"
+    )
 
 
 def write_csv(results: list[Result], path: Path) -> None:
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", "notebook", "notebook_status", "exercise", "status", "message", "passed", "total"])
+        writer.writerow(
+            ["student", "notebook", "notebook_status", "exercise", "status", "message", "passed", "total"]
+        )
         for r in results:
             if not r.exercises:
-                writer.writerow([r.student, r.notebook, r.status, "", "", "; ".join(r.notes), r.passed, r.total])
+                writer.writerow(
+                    [r.student, r.notebook, r.status, "", "", "; ".join(r.notes), r.passed, r.total]
+                )
             for e in r.exercises:
-                writer.writerow([r.student, r.notebook, r.status, e["id"], e["status"], e["message"], r.passed, r.total])
+                writer.writerow(
+                    [r.student, r.notebook, r.status, e["id"], e["status"], e["message"], r.passed, r.total]
+                )
 
 
-def write_markdown(results: list[Result], path: Path, header: list[str], exercise_ids: dict[str, list[str]]) -> None:
+def write_markdown(
+    results: list[Result], path: Path, header: list[str], exercise_ids: dict[str, list[str]]
+) -> None:
     lines = ["# Grades", ""] + header + [""]
     by_notebook: dict[str, list[Result]] = {}
     for r in results:
@@ -97,7 +109,9 @@ def write_markdown(results: list[Result], path: Path, header: list[str], exercis
                 elif e["status"] == "passed":
                     cells.append(f"{ICONS['passed']} passed")
                 else:
-                    cells.append(_cell(f"{ICONS.get(e['status'], '')} {e['status']}: {_short(ident, e['message'])}"))
+                    cells.append(
+                        _cell(f"{ICONS.get(e['status'], '')} {e['status']}: {_short(ident, e['message'])}")
+                    )
             cells.append(f"{r.seconds:.0f} s" if r.seconds is not None else "")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
@@ -116,7 +130,12 @@ def feedback_text(student: str, results: list[Result]) -> str:
     for r in sorted(results, key=lambda r: r.notebook):
         lines += [f"## {r.notebook}: {r.passed} of {r.total} exercises passed", ""]
         if r.status == "invalid":
-            lines += ["Your notebook could not be graded: " + (r.notes[0] if r.notes else "it could not be read") + ".", ""]
+            lines += [
+                "Your notebook could not be graded: "
+                + (r.notes[0] if r.notes else "it could not be read")
+                + ".",
+                "",
+            ]
         elif r.status in ("timeout", "error"):
             lines += [f"Grading note ({r.status}): " + (r.notes[0] if r.notes else ""), ""]
         for e in r.exercises:

@@ -77,7 +77,9 @@ def run_environment(work: Path, options: RunOptions, token: str) -> dict[str, st
     home, tmp = work / "home", work / "tmp"
     env.update(
         HOME=str(home),
-        TMPDIR=str(tmp), TMP=str(tmp), TEMP=str(tmp),
+        TMPDIR=str(tmp),
+        TMP=str(tmp),
+        TEMP=str(tmp),
         COURSE_SCRATCH=str(work / "scratch"),
         KERAS_HOME=str(home / ".keras"),
         MPLBACKEND="Agg",
@@ -99,17 +101,39 @@ def run_environment(work: Path, options: RunOptions, token: str) -> dict[str, st
 def pytest_command(notebook: str, graded: GradedNotebook, options: RunOptions, fd: int) -> list[str]:
     student_cells = sorted({c for ex in graded.exercises for c in (ex.solution, ex.check)})
     return [
-        sys.executable, "-m", "pytest", notebook,
-        "-c", "pytest.ini", "--rootdir", ".", "--noconftest",
-        "-p", "no:cacheprovider", "-p", "nbval.plugin", "-p", "course_utils.grading.plugin",
-        "-q", "--tb=short", "-W", "ignore::DeprecationWarning",
-        "--nbval-lax", "--nbval-current-env",
-        "--nbval-sanitize-with", "nbval_sanitize.cfg",
-        "--nbval-cell-timeout", f"{options.course_cell_timeout:g}",
-        "--nbval-kernel-startup-timeout", f"{options.kernel_startup_timeout:g}",
-        "--grade-fd", str(fd),
-        "--grade-student-cells", ",".join(map(str, student_cells)),
-        "--grade-cell-timeout", f"{options.cell_timeout:g}",
+        sys.executable,
+        "-m",
+        "pytest",
+        notebook,
+        "-c",
+        "pytest.ini",
+        "--rootdir",
+        ".",
+        "--noconftest",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "nbval.plugin",
+        "-p",
+        "course_utils.grading.plugin",
+        "-q",
+        "--tb=short",
+        "-W",
+        "ignore::DeprecationWarning",
+        "--nbval-lax",
+        "--nbval-current-env",
+        "--nbval-sanitize-with",
+        "nbval_sanitize.cfg",
+        "--nbval-cell-timeout",
+        f"{options.course_cell_timeout:g}",
+        "--nbval-kernel-startup-timeout",
+        f"{options.kernel_startup_timeout:g}",
+        "--grade-fd",
+        str(fd),
+        "--grade-student-cells",
+        ",".join(map(str, student_cells)),
+        "--grade-cell-timeout",
+        f"{options.cell_timeout:g}",
     ]
 
 
@@ -154,9 +178,14 @@ def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions)
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.Popen(
-                argv, cwd=work, env=run_environment(work, options, token),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(write_end,), start_new_session=True,
+                argv,
+                cwd=work,
+                env=run_environment(work, options, token),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_end,),
+                start_new_session=True,
             )
         finally:
             os.close(write_end)

@@ -34,8 +34,15 @@ MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC = 32, 1024, 2048, 4096, 1
 MS_PRIVATE, MS_RELATIME = 1 << 18, 1 << 21
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 #: statvfs flags -> mount flags that a remount must keep (the kernel refuses to drop locked ones).
-_KEEP = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC,
-         1024: MS_NOATIME, 2048: MS_NODIRATIME, 4096: MS_RELATIME}
+_KEEP = {
+    1: MS_RDONLY,
+    2: MS_NOSUID,
+    4: MS_NODEV,
+    8: MS_NOEXEC,
+    1024: MS_NOATIME,
+    2048: MS_NODIRATIME,
+    4096: MS_RELATIME,
+}
 
 UNSHARE = ["--user", "--map-root-user", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
 
@@ -45,8 +52,18 @@ _cached: Optional[tuple[bool, str]] = None
 def command(workdir: Path, argv: list[str]) -> list[str]:
     """The command line that runs ``argv`` sandboxed in ``workdir``."""
     unshare = shutil.which("unshare") or "unshare"
-    return [unshare, *UNSHARE, sys.executable, "-m", "course_utils.grading.sandbox",
-            str(workdir), str(os.getuid()), str(os.getgid()), "--", *argv]
+    return [
+        unshare,
+        *UNSHARE,
+        sys.executable,
+        "-m",
+        "course_utils.grading.sandbox",
+        str(workdir),
+        str(os.getuid()),
+        str(os.getgid()),
+        "--",
+        *argv,
+    ]
 
 
 def available() -> tuple[bool, str]:
@@ -73,8 +90,9 @@ def _probe() -> tuple[bool, str]:
             "except OSError:\n    print('read-only')\n"
         )
         try:
-            done = subprocess.run(command(inside, [sys.executable, "-c", script]),
-                                  capture_output=True, text=True, timeout=60)
+            done = subprocess.run(
+                command(inside, [sys.executable, "-c", script]), capture_output=True, text=True, timeout=60
+            )
         except (OSError, subprocess.TimeoutExpired) as error:
             return False, f"`unshare` could not start ({error})"
         if done.returncode != 0:
@@ -94,8 +112,11 @@ def _libc() -> ctypes.CDLL:
 
 def _mount(libc: ctypes.CDLL, source: Optional[str], target: str, fstype: Optional[str], flags: int) -> None:
     result = libc.mount(
-        source.encode() if source else None, target.encode(),
-        fstype.encode() if fstype else None, ctypes.c_ulong(flags), None,
+        source.encode() if source else None,
+        target.encode(),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        None,
     )
     if result != 0:
         err = ctypes.get_errno()

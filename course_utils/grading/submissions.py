@@ -113,15 +113,15 @@ def discover(paths: list[str], course: Course, exclude: Iterable[Path] = ()) -> 
         if not path.is_dir():
             raise UsageError(f"{arg}: no such file or folder.")
         path = path.resolve()
-        loose = [
-            p for p in sorted(path.glob("*.ipynb"))
-            if p.is_file() and not p.name.startswith(".")
-        ]
+        loose = [p for p in sorted(path.glob("*.ipynb")) if p.is_file() and not p.name.startswith(".")]
         subfolders = [
             d
             for d in sorted(path.iterdir())
-            if d.is_dir() and not d.name.startswith(".") and d.name not in SKIP_DIRS
-            and d not in exclude and _notebooks_under(d, exclude)
+            if d.is_dir()
+            and not d.name.startswith(".")
+            and d.name not in SKIP_DIRS
+            and d not in exclude
+            and _notebooks_under(d, exclude)
         ]
         if loose or not subfolders:
             notebooks = _notebooks_under(path, exclude)
@@ -204,8 +204,11 @@ def _course_meta(cell: dict[str, Any]) -> dict[str, Any]:
 def match_scores(sub: Submission, course: Course) -> dict[str, int]:
     """How strongly the submission looks like each course notebook."""
     filename = re.sub(r"[^a-z0-9]+", "_", sub.path.stem.lower())
-    meta_name = str(sub.metadata.get("course", {}).get("notebook", "")) if isinstance(
-        sub.metadata.get("course"), dict) else ""
+    meta_name = (
+        str(sub.metadata.get("course", {}).get("notebook", ""))
+        if isinstance(sub.metadata.get("course"), dict)
+        else ""
+    )
     ids = {str(_course_meta(c).get("exercise", "")) for c in sub.cells} - {""}
     texts = {code.normalise(c["source"]) for c in sub.cells} - {""}
     defined: set[str] = set()
@@ -240,10 +243,19 @@ def match(sub: Submission, course: Course, forced: Optional[str] = None) -> None
     if forced:
         sub.notebook = forced
         return
-    scores = match_scores(sub, course) if not sub.error else {
-        name: (100 if re.sub(r"[^a-z0-9]+", "_", name.lower()) in re.sub(r"[^a-z0-9]+", "_", sub.path.stem.lower()) else 0)
-        for name in course.notebooks
-    }
+    scores = (
+        match_scores(sub, course)
+        if not sub.error
+        else {
+            name: (
+                100
+                if re.sub(r"[^a-z0-9]+", "_", name.lower())
+                in re.sub(r"[^a-z0-9]+", "_", sub.path.stem.lower())
+                else 0
+            )
+            for name in course.notebooks
+        }
+    )
     best = max(scores.values(), default=0)
     winners = [name for name, score in scores.items() if score == best]
     if best >= 15 and len(winners) == 1:
@@ -256,7 +268,9 @@ def match(sub: Submission, course: Course, forced: Optional[str] = None) -> None
         )
 
 
-def load(paths: list[str], course: Course, exclude: Iterable[Path] = (), forced: Optional[str] = None) -> list[Submission]:
+def load(
+    paths: list[str], course: Course, exclude: Iterable[Path] = (), forced: Optional[str] = None
+) -> list[Submission]:
     """Discover, read and match every submission; give each (student, notebook) a unique id."""
     subs = discover(paths, course, exclude)
     seen_paths: set[Path] = set()
@@ -277,14 +291,18 @@ def load(paths: list[str], course: Course, exclude: Iterable[Path] = (), forced:
         if len(members) > 1:
             for sub in members:
                 sub.student = student_from_file(sub.path, course.notebooks)
-                sub.notes.append(f"{folder.name}/ holds several copies of {sub.notebook}: "
-                                 "each file is graded as its own submission")
+                sub.notes.append(
+                    f"{folder.name}/ holds several copies of {sub.notebook}: "
+                    "each file is graded as its own submission"
+                )
     taken: dict[tuple[str, str], int] = {}
     for sub in unique:
         key = (sub.student, sub.notebook or sub.path.name)
         taken[key] = taken.get(key, 0) + 1
         if taken[key] > 1:
-            sub.notes.append(f"{sub.student} handed in more than one {key[1]}; this one is graded as "
-                             f"{sub.student}#{taken[key]}")
+            sub.notes.append(
+                f"{sub.student} handed in more than one {key[1]}; this one is graded as "
+                f"{sub.student}#{taken[key]}"
+            )
             sub.student = f"{sub.student}#{taken[key]}"
     return unique

@@ -26,7 +26,7 @@ def _stdout(record: Optional[dict[str, Any]]) -> str:
 def _pass_line(text: str, ident: str) -> Optional[str]:
     for line in text.splitlines():
         if line.startswith(f"{protocol.PASS_PREFIX}{ident}"):
-            return line[len(f"{protocol.PASS_PREFIX}{ident}"):].lstrip(": ").strip()
+            return line[len(f"{protocol.PASS_PREFIX}{ident}") :].lstrip(": ").strip()
     return None
 
 
@@ -46,7 +46,9 @@ def exercise_results(
     died = [n for n, r in result.cells.items() if r.get("result") == protocol.DIED]
     grader_failed = ""
     if result.setup_error:
-        grader_failed = f"the notebook's kernel did not start: {result.setup_error.strip().splitlines()[-1][:300]}"
+        grader_failed = (
+            f"the notebook's kernel did not start: {result.setup_error.strip().splitlines()[-1][:300]}"
+        )
     elif not result.started and not result.notebook_timed_out:
         tail = result.log.strip().splitlines()[-1:] or ["no output"]
         grader_failed = f"the grading run did not start (exit code {result.returncode}): {tail[0][:300]}"
@@ -59,18 +61,23 @@ def exercise_results(
             if first_student is not None and number < first_student and not grader_failed:
                 grader_failed = f"{_where(graded, number)} failed before any student code ran: {what}"
             else:
-                notes.append(f"{_where(graded, number)} (not an exercise) failed after the student's "
-                             f"code ran: {what}")
+                notes.append(
+                    f"{_where(graded, number)} (not an exercise) failed after the student's code ran: {what}"
+                )
     exercises = []
     for ex in graded.exercises:
         answer = graded.answers.get(ex.id)
         sol, chk = result.cells.get(ex.solution), result.cells.get(ex.check)
         states = {r.get("result") for r in (sol, chk) if r}
         if answer is None or answer.source is None:
-            status, message = "missing", (
-                f"No code for exercise {ex.id} was found in this notebook. Keep your answer in a "
-                "code cell that defines " + ", ".join(f"`{n}`" for n in _names(graded, ex.id))
-                + ", then hand the notebook in again."
+            status, message = (
+                "missing",
+                (
+                    f"No code for exercise {ex.id} was found in this notebook. Keep your answer in a "
+                    "code cell that defines "
+                    + ", ".join(f"`{n}`" for n in _names(graded, ex.id))
+                    + ", then hand the notebook in again."
+                ),
             )
         elif grader_failed:
             status, message = "error", f"Not graded: {grader_failed}."
@@ -78,30 +85,45 @@ def exercise_results(
             record = sol if sol and sol.get("result") == protocol.TIMEOUT else chk
             seconds = float(record.get("timeout") or options.cell_timeout)
             where = "your exercise cell" if record is sol else "the check (which calls your code)"
-            status, message = "timeout", (
-                f"Exercise {ex.id}: {where} did not finish within {seconds:g} s and was stopped. "
-                "Look for a loop that never ends or a step much slower than it should be."
+            status, message = (
+                "timeout",
+                (
+                    f"Exercise {ex.id}: {where} did not finish within {seconds:g} s and was stopped. "
+                    "Look for a loop that never ends or a step much slower than it should be."
+                ),
             )
         elif protocol.DIED in states:
-            status, message = "error", (
-                f"Exercise {ex.id}: the Python kernel died while running your code (it crashed, "
-                "ran out of memory or called exit). Run the notebook from the top and watch that cell."
+            status, message = (
+                "error",
+                (
+                    f"Exercise {ex.id}: the Python kernel died while running your code (it crashed, "
+                    "ran out of memory or called exit). Run the notebook from the top and watch that cell."
+                ),
             )
         elif sol is None or chk is None or protocol.NOT_RUN in states:
             if result.notebook_timed_out or stopped_after_timeout:
-                status, message = "timeout", (
-                    f"Exercise {ex.id} was not reached: the notebook ran out of time "
-                    f"({options.notebook_timeout:g} s in all) or was stopped after an earlier timeout."
+                status, message = (
+                    "timeout",
+                    (
+                        f"Exercise {ex.id} was not reached: the notebook ran out of time "
+                        f"({options.notebook_timeout:g} s in all) or was stopped after an earlier timeout."
+                    ),
                 )
             else:
-                status, message = "error", (
-                    f"Exercise {ex.id} was not reached: the kernel had stopped before it (an earlier "
-                    "cell crashed it)."
+                status, message = (
+                    "error",
+                    (
+                        f"Exercise {ex.id} was not reached: the kernel had stopped before it (an earlier "
+                        "cell crashed it)."
+                    ),
                 )
         elif sol.get("result") == protocol.ERROR:
-            status, message = "error", (
-                f"Exercise {ex.id}: your exercise cell raised {_exception(sol)}. Fix the cell so that "
-                "it runs without an error, then run its check again."
+            status, message = (
+                "error",
+                (
+                    f"Exercise {ex.id}: your exercise cell raised {_exception(sol)}. Fix the cell so that "
+                    "it runs without an error, then run its check again."
+                ),
             )
         elif chk.get("result") == protocol.ERROR and chk.get("ename") == "ExerciseError":
             status, message = "failed", (chk.get("evalue") or "").strip()
@@ -112,9 +134,12 @@ def exercise_results(
         else:
             line = _pass_line(_stdout(chk), ex.id)
             if line is None:
-                status, message = "error", (
-                    f"Exercise {ex.id}: the check ended without printing its [pass] line "
-                    "(did your code redirect or silence the output?)."
+                status, message = (
+                    "error",
+                    (
+                        f"Exercise {ex.id}: the check ended without printing its [pass] line "
+                        "(did your code redirect or silence the output?)."
+                    ),
                 )
             else:
                 status, message = "passed", line
@@ -124,9 +149,15 @@ def exercise_results(
         notes.insert(0, f"Not graded: {grader_failed}.")
     elif result.notebook_timed_out or stopped_after_timeout:
         notebook_status = "timeout"
-        notes.insert(0, "The notebook did not run to the end: "
-                     + ("it hit the notebook timeout." if result.notebook_timed_out
-                        else "a cell could not be interrupted after its timeout, so the kernel was stopped."))
+        notes.insert(
+            0,
+            "The notebook did not run to the end: "
+            + (
+                "it hit the notebook timeout."
+                if result.notebook_timed_out
+                else "a cell could not be interrupted after its timeout, so the kernel was stopped."
+            ),
+        )
     elif died:
         notebook_status = "error"
         notes.insert(0, f"The kernel died in {_where(graded, died[0])}; later cells did not run.")

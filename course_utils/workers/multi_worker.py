@@ -101,7 +101,9 @@ def show_sharding(tf: Any, strategy: Any, files_dir: str, global_batch: int = 4)
 
     files = sorted(str(p) for p in Path(files_dir).glob("*.txt"))
     in_memory = tf.data.Dataset.range(16).batch(global_batch)
-    from_files = tf.data.TextLineDataset(files).map(lambda s: tf.strings.to_number(s, tf.int64)).batch(global_batch)
+    from_files = (
+        tf.data.TextLineDataset(files).map(lambda s: tf.strings.to_number(s, tf.int64)).batch(global_batch)
+    )
     found = {
         "AUTO (in memory: DATA)": seen(in_memory),
         "DATA": seen(with_policy(in_memory, policy.DATA)),
@@ -221,9 +223,11 @@ def custom_loop(tf: Any, strategy: Any, me: tuple, cluster: dict, args: argparse
     first_step = int(optimizer.iterations.numpy()) + 1
     while int(epoch_var.numpy()) < args.epochs:
         epoch, start = int(epoch_var.numpy()), int(step_var.numpy())
-        iterator = iter(strategy.experimental_distribute_dataset(
-            make_dataset(tf, epoch, args.steps, global_batch, skip=start)
-        ))
+        iterator = iter(
+            strategy.experimental_distribute_dataset(
+                make_dataset(tf, epoch, args.steps, global_batch, skip=start)
+            )
+        )
         for step in range(start + 1, args.steps + 1):
             loss = float(train_step(iterator))
             global_step = int(optimizer.iterations.numpy())
@@ -291,7 +295,13 @@ def keras_fit(tf: Any, strategy: Any, args: argparse.Namespace) -> None:
         model = build_model(keras)
         model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.05, momentum=0.5), loss="mse")
     try:
-        model.fit(dataset, epochs=args.epochs, steps_per_epoch=args.steps, verbose=0, callbacks=[_EpochLine.make(keras)])
+        model.fit(
+            dataset,
+            epochs=args.epochs,
+            steps_per_epoch=args.steps,
+            verbose=0,
+            callbacks=[_EpochLine.make(keras)],
+        )
     except Exception as error:  # the demonstration: report the failure on one line and stop
         message = shorten_error(f"{type(error).__name__}: {error}")
         say(f"Model.fit failed: {message}")

@@ -85,8 +85,12 @@ def part_train(tf: Any, steps: int, global_batch: int) -> None:
 
     resolver = in_process_cluster(tf, num_workers=2, num_ps=2)
     strategy = tf.distribute.ParameterServerStrategy(resolver)
-    say("in-process cluster: 2 workers and 2 parameter servers (4 tf.distribute.Server objects on free ports)")
-    say(f"ParameterServerStrategy: {strategy.num_replicas_in_sync} replica per step; this process is the coordinator")
+    say(
+        "in-process cluster: 2 workers and 2 parameter servers (4 tf.distribute.Server objects on free ports)"
+    )
+    say(
+        f"ParameterServerStrategy: {strategy.num_replicas_in_sync} replica per step; this process is the coordinator"
+    )
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
 
     with strategy.scope():
@@ -125,7 +129,9 @@ def part_train(tf: Any, steps: int, global_batch: int) -> None:
     per_worker_iterator = iter(per_worker_dataset)
     ids = sorted({c[0] for c in contexts})
     pipelines = sorted({c[1] for c in contexts})
-    say(f"dataset_fn got input_pipeline_id {ids} of num_input_pipelines {pipelines}: no sharding by TensorFlow")
+    say(
+        f"dataset_fn got input_pipeline_id {ids} of num_input_pipelines {pipelines}: no sharding by TensorFlow"
+    )
 
     @tf.function
     def train_step(iterator: Any) -> Any:
@@ -156,13 +162,19 @@ def part_train(tf: Any, steps: int, global_batch: int) -> None:
     counted = int(updates.numpy())
     iterations = int(optimizer.iterations.numpy())
     overlapped = sum(seen.count(value) - 1 for value in set(seen))
-    say(f"updates applied to the parameter servers: {counted} (one per step: nothing is averaged across workers)")
+    say(
+        f"updates applied to the parameter servers: {counted} (one per step: nothing is averaged across workers)"
+    )
     say(f"examples used: {steps} steps x {global_batch} = {steps * global_batch}")
-    say(f"the first batches of worker 0 and worker 1 differ (each shuffled its own copy): {firsts.get(0) != firsts.get(1)}")
+    say(
+        f"the first batches of worker 0 and worker 1 differ (each shuffled its own copy): {firsts.get(0) != firsts.get(1)}"
+    )
     first, last = float(np.mean(losses[:5])), float(np.mean(losses[-5:]))
     say(f"mean of the first 5 steps loss={first:.4f}, of the last 5 steps loss={last:.4f}")
     say(f"{VARIES} steps run by worker 0: {workers.count(0)}, by worker 1: {workers.count(1)}")
-    say(f"{VARIES} {overlapped} steps ran at the same time as another (they read the same optimizer.iterations)")
+    say(
+        f"{VARIES} {overlapped} steps ran at the same time as another (they read the same optimizer.iterations)"
+    )
     say(f"{VARIES} optimizer.iterations = {iterations} of {steps} (Keras 3 adds 1 by a read, then a write)")
     report(
         ports=cluster_ports(resolver),
@@ -193,8 +205,10 @@ def part_partition(tf: Any) -> None:
         dense = keras.layers.Dense(4, name="dense")
         dense.build((None, 32))
     layout: dict[str, list] = {}
-    for label, variable in [("embedding (1000, 32) float32 = 125 KiB", embedding.embeddings),
-                            ("dense kernel (32, 4) float32 = 512 bytes", dense.kernel)]:
+    for label, variable in [
+        ("embedding (1000, 32) float32 = 125 KiB", embedding.embeddings),
+        ("dense kernel (32, 4) float32 = 512 bytes", dense.kernel),
+    ]:
         v = tf_variable(variable)
         shards = list(getattr(v, "variables", [v]))
         say(f"{label}: {type(v).__name__} with {len(shards)} shard{'s' if len(shards) != 1 else ''}")
@@ -202,14 +216,18 @@ def part_partition(tf: Any) -> None:
         layout[label.split(" ")[0]] = []
         for i, shard in enumerate(shards):
             rows = int(shard.shape[0])
-            say(f"  shard {i}: rows {start}-{start + rows - 1} {tuple(shard.shape)} on {short_device(shard.device)}")
+            say(
+                f"  shard {i}: rows {start}-{start + rows - 1} {tuple(shard.shape)} on {short_device(shard.device)}"
+            )
             layout[label.split(" ")[0]].append([start, start + rows, short_device(shard.device)])
             start += rows
 
     # A lookup gathers rows from every shard that holds one of the ids.
     ids = tf.constant([3, 731])
     vectors = embedding(ids)
-    say(f"embedding lookup of ids [3, 731] -> shape {tuple(vectors.shape)} (row 3 from ps 0, row 731 from ps 1)")
+    say(
+        f"embedding lookup of ids [3, 731] -> shape {tuple(vectors.shape)} (row 3 from ps 0, row 731 from ps 1)"
+    )
 
     fixed = tf.distribute.ParameterServerStrategy(
         resolver, variable_partitioner=partitioners.FixedShardsPartitioner(num_shards=3)
@@ -245,7 +263,12 @@ def part_keras(tf: Any) -> None:
         model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(1)])
         model.compile(optimizer="sgd", loss="mse")
     try:
-        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat(), epochs=1, steps_per_epoch=4, verbose=0)
+        model.fit(
+            tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat(),
+            epochs=1,
+            steps_per_epoch=4,
+            verbose=0,
+        )
         found["fit"] = "works"
     except Exception as error:
         found["fit"] = shorten_error(f"{type(error).__name__}: {error}")
@@ -266,7 +289,9 @@ def part_keras(tf: Any) -> None:
         tf_keras.utils.experimental.DatasetCreator(dataset_fn), epochs=2, steps_per_epoch=8, verbose=0
     )
     losses = [float(v) for v in history.history["loss"]]
-    say(f"  model.fit(DatasetCreator(dataset_fn), epochs=2, steps_per_epoch=8) -> works, {len(losses)} epochs")
+    say(
+        f"  model.fit(DatasetCreator(dataset_fn), epochs=2, steps_per_epoch=8) -> works, {len(losses)} epochs"
+    )
     found["legacy_losses"] = losses
     report(ports=cluster_ports(resolver), **found)
 
@@ -277,7 +302,9 @@ def part_shards(tf: Any) -> None:
     import keras
 
     resolver = in_process_cluster(tf, num_workers=1, num_ps=2)
-    partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(min_shard_bytes=16 << 10, max_shards=4)
+    partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+        min_shard_bytes=16 << 10, max_shards=4
+    )
     strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
     say("in-process cluster: 1 worker and 2 parameter servers")
     say("partitioner: MinSizePartitioner(min_shard_bytes=16 KiB, max_shards=4)")
@@ -289,11 +316,15 @@ def part_shards(tf: Any) -> None:
             v = tf_variable(embedding.embeddings)
             shards = list(getattr(v, "variables", [v]))
             size = rows * 32 * 4 / 1024
-            say(f"embedding_{rows} ({rows}, 32) float32 = {size:g} KiB: {len(shards)} shard{'s' if len(shards) != 1 else ''}")
+            say(
+                f"embedding_{rows} ({rows}, 32) float32 = {size:g} KiB: {len(shards)} shard{'s' if len(shards) != 1 else ''}"
+            )
             start, layout[f"embedding_{rows}"] = 0, []
             for i, shard in enumerate(shards):
                 n = int(shard.shape[0])
-                say(f"  shard {i}: rows {start}-{start + n - 1} ({n * 32 * 4 / 1024:g} KiB) on {short_device(shard.device)}")
+                say(
+                    f"  shard {i}: rows {start}-{start + n - 1} ({n * 32 * 4 / 1024:g} KiB) on {short_device(shard.device)}"
+                )
                 layout[f"embedding_{rows}"].append([start, start + n, short_device(shard.device)])
                 start += n
     report(layout=layout, ports=cluster_ports(resolver))
