@@ -176,12 +176,18 @@ def test_padded_train_step_blank() -> None:
 
 
 def test_padded_train_step_blank_compute_loss(tf) -> None:
-    fails_with(ex.check_padded_train_step, make_factory(tf, blank), "exercise padded_loss, which is not done yet")
+    fails_with(
+        ex.check_padded_train_step, make_factory(tf, blank), "exercise padded_loss, which is not done yet"
+    )
 
 
 def test_padded_train_step_unmasked_accuracy(tf, right_loss) -> None:
-    fails_with(ex.check_padded_train_step, make_factory(tf, right_loss, masked_metric=False),
-               "counted the 5 padding examples", "mask")
+    fails_with(
+        ex.check_padded_train_step,
+        make_factory(tf, right_loss, masked_metric=False),
+        "counted the 5 padding examples",
+        "mask",
+    )
 
 
 def test_padded_train_step_own_count_loss(tf, loss_object) -> None:
@@ -224,6 +230,7 @@ def make_test_factory(tf, loss_object, how="right"):
                 loss_metric.update_state(loss_object(labels, logits), sample_weight=mask)
                 accuracy.update_state(labels, logits, sample_weight=mask)
             elif how == "unmasked":
+
                 def unmasked(inputs):
                     images, labels, mask = inputs
                     logits = model(images, training=False)
@@ -250,16 +257,29 @@ def test_distributed_test_step_blank() -> None:
 
 
 def test_distributed_test_step_metrics_outside_run(tf, loss_object) -> None:
-    fails_with(ex.check_distributed_test_step, make_test_factory(tf, loss_object, "outside"),
-               "On 2 replicas", "outside strategy.run", "inside the function that strategy.run runs")
+    fails_with(
+        ex.check_distributed_test_step,
+        make_test_factory(tf, loss_object, "outside"),
+        "On 2 replicas",
+        "outside strategy.run",
+        "inside the function that strategy.run runs",
+    )
 
 
 def test_distributed_test_step_first_replica_only(tf, loss_object) -> None:
     """Right on one device (one replica is all there is), wrong on two."""
-    fails_with(ex.check_distributed_test_step, make_test_factory(tf, loss_object, "first_replica"),
-               "On 2 replicas", "One device was right", "inside strategy.run")
+    fails_with(
+        ex.check_distributed_test_step,
+        make_test_factory(tf, loss_object, "first_replica"),
+        "On 2 replicas",
+        "One device was right",
+        "inside strategy.run",
+    )
 
 
 def test_distributed_test_step_unmasked(tf, loss_object) -> None:
-    fails_with(ex.check_distributed_test_step, make_test_factory(tf, loss_object, "unmasked"),
-               "padding examples were counted")
+    fails_with(
+        ex.check_distributed_test_step,
+        make_test_factory(tf, loss_object, "unmasked"),
+        "padding examples were counted",
+    )

@@ -131,8 +131,14 @@ def _distribute(strategy: Any, arrays: tuple, batch: int) -> Any:
 def _adam_step(strategy: Any, make_train_step: ref.TrainStepFactory) -> np.ndarray:
     images, labels = ref.check_batch(ref.CHECK_BATCH)
     result = ref.run_train_step(
-        strategy, make_train_step, ref.initial_weights(), images, labels, ADAM_LEARNING_RATE,
-        optimizer="adam", build_optimizer=True,
+        strategy,
+        make_train_step,
+        ref.initial_weights(),
+        images,
+        labels,
+        ADAM_LEARNING_RATE,
+        optimizer="adam",
+        build_optimizer=True,
     )
     return result.update
 
@@ -160,7 +166,8 @@ def check_adam_update_factor(prediction: Any) -> None:
         if prediction is None or prediction is Ellipsis:
             raise NotImplementedError
         expect(
-            isinstance(prediction, (int, float, np.floating, np.integer)) and not isinstance(prediction, bool)
+            isinstance(prediction, (int, float, np.floating, np.integer))
+            and not isinstance(prediction, bool)
             and math.isfinite(float(prediction)),
             f"PREDICTION should be one number (how many times the right update), got {prediction!r}.",
         )
@@ -168,16 +175,22 @@ def check_adam_update_factor(prediction: Any) -> None:
         measured = adam_update_factor()
         if abs(guess - measured) > 0.1:
             if abs(guess - 2.0) < 0.1:
-                why = ("the gradients are 2x, but Adam's step is its running mean of the gradient "
-                       "divided by the root of its running mean of the squared gradient, so a "
-                       "constant factor cancels")
+                why = (
+                    "the gradients are 2x, but Adam's step is its running mean of the gradient "
+                    "divided by the root of its running mean of the squared gradient, so a "
+                    "constant factor cancels"
+                )
             elif abs(guess - 0.5) < 0.1:
-                why = ("nothing is divided by the replicas here: every gradient is 2x, and Adam "
-                       "divides the gradient's running mean by the root of its running square, so "
-                       "the factor cancels")
+                why = (
+                    "nothing is divided by the replicas here: every gradient is 2x, and Adam "
+                    "divides the gradient's running mean by the root of its running square, so "
+                    "the factor cancels"
+                )
             else:
-                why = ("every gradient is exactly 2x; ask what Adam does with a gradient g on its "
-                       "first step: m = (1 - beta_1) g, v = (1 - beta_2) g^2, step ~ m / sqrt(v)")
+                why = (
+                    "every gradient is exactly 2x; ask what Adam does with a gradient g on its "
+                    "first step: m = (1 - beta_1) g, v = (1 - beta_2) g^2, step ~ m / sqrt(v)"
+                )
             raise ExerciseError(
                 f"you predicted {guess:g}, the run measured {measured:.2f}: {why}. That is why a "
                 "tf.reduce_mean loss goes unnoticed under Adam, and why the checks use SGD."
@@ -215,9 +228,13 @@ def check_padded_loss(compute_loss: Callable[[Any, Any, Any, Any], Any]) -> None
                 "on one device your loss is the mean cross-entropy without the penalties: "
                 "model_losses must count too (once in total, over the replicas)."
             )
-        expect_close(value, ce.mean() + penalty,
-                     "On one device, with no padding, the loss should be the mean cross-entropy "
-                     "over the batch plus the sum of model_losses.", rtol=1e-4)
+        expect_close(
+            value,
+            ce.mean() + penalty,
+            "On one device, with no padding, the loss should be the mean cross-entropy "
+            "over the batch plus the sum of model_losses.",
+            rtol=1e-4,
+        )
 
         # 2. One device, 5 of 16 slots padding.
         mask = (np.arange(n) < REAL).astype(np.float32)
@@ -234,9 +251,13 @@ def check_padded_loss(compute_loss: Callable[[Any, Any, Any, Any], Any]) -> None
                 f"{n} slots ({right * REAL / n:.4f} instead of {right:.4f}): padding must not count "
                 f"in the denominator either. Divide by the {REAL} real examples."
             )
-        expect_close(value, right,
-                     f"On one device, with {n - REAL} of {n} slots padding (mask 0), the loss "
-                     f"should be the mean cross-entropy over the {REAL} real examples.", rtol=1e-4)
+        expect_close(
+            value,
+            right,
+            f"On one device, with {n - REAL} of {n} slots padding (mask 0), the loss "
+            f"should be the mean cross-entropy over the {REAL} real examples.",
+            rtol=1e-4,
+        )
 
         # 3. Two replicas: 8 real on replica 0, 3 real + 5 padding on replica 1.
         strategy = _two_replicas()
@@ -277,10 +298,14 @@ def check_padded_loss(compute_loss: Callable[[Any, Any, Any, Any], Any]) -> None
                 f"on 2 replicas your summed loss divides by all {n} slots of the global batch, "
                 f"padding included: divide by the {REAL} real examples."
             )
-        expect_close(summed, right,
-                     f"On 2 replicas (8 real examples on one, 3 real + 5 padding on the other) the "
-                     f"replicas' losses summed should equal the single-device mean over the {REAL} "
-                     "real examples, and they do not, although one device was right.", rtol=1e-4)
+        expect_close(
+            summed,
+            right,
+            f"On 2 replicas (8 real examples on one, 3 real + 5 padding on the other) the "
+            f"replicas' losses summed should equal the single-device mean over the {REAL} "
+            "real examples, and they do not, although one device was right.",
+            rtol=1e-4,
+        )
 
         with_penalty = on_two_replicas(mask, penalties)
         counted = (with_penalty - summed) / penalty
@@ -300,18 +325,28 @@ def check_padded_loss(compute_loss: Callable[[Any, Any, Any, Any], Any]) -> None
             "no real example must contribute 0 (tf.math.divide_no_nan, or a denominator that "
             "counts the whole global batch).",
         )
-        expect_close(value, (ce * one_sided).sum() / REAL_ONE_SIDED,
-                     "On 2 replicas, with 6 real examples all on replica 0, the summed loss should "
-                     "be their mean cross-entropy.", rtol=1e-4)
-    passed("padded_loss", "on 2 replicas the summed loss is the single-device mean over the real "
-                          "examples, padding ignored, penalties counted once.")
+        expect_close(
+            value,
+            (ce * one_sided).sum() / REAL_ONE_SIDED,
+            "On 2 replicas, with 6 real examples all on replica 0, the summed loss should "
+            "be their mean cross-entropy.",
+            rtol=1e-4,
+        )
+    passed(
+        "padded_loss",
+        "on 2 replicas the summed loss is the single-device mean over the real "
+        "examples, padding ignored, penalties counted once.",
+    )
 
 
 # --------------------------------------------------------------------------- padded_train_step
 
 
 def padded_reference(
-    weights: list, images: np.ndarray, labels: np.ndarray, mask: np.ndarray,
+    weights: list,
+    images: np.ndarray,
+    labels: np.ndarray,
+    mask: np.ndarray,
     learning_rate: float = ref.CHECK_LEARNING_RATE,
 ) -> ref.StepResult:
     """One SGD step on one device on the real examples only (the padding left out)."""
@@ -320,8 +355,14 @@ def padded_reference(
     return result
 
 
-def run_padded_step(strategy: Any, make_train_step: Callable[[Any, Any, Any], Any], weights: list,
-                    images: np.ndarray, labels: np.ndarray, mask: np.ndarray) -> ref.StepResult:
+def run_padded_step(
+    strategy: Any,
+    make_train_step: Callable[[Any, Any, Any], Any],
+    weights: list,
+    images: np.ndarray,
+    labels: np.ndarray,
+    mask: np.ndarray,
+) -> ref.StepResult:
     """One step of ``make_train_step(model, optimizer, accuracy)`` under ``strategy`` (SGD)."""
     tf = _tf()
     model, optimizer, accuracy = ref.build_for_step(strategy, weights, ref.CHECK_LEARNING_RATE)
@@ -372,12 +413,19 @@ def check_padded_train_step(make_train_step: Callable[[Any, Any, Any], Any]) -> 
                     "(inputs carry the mask) inside the GradientTape, with training=True, and "
                     "apply it once. If padded_loss passed, check that the mask reaches it."
                 )
-            expect_close(result.loss, reference.loss,
-                         f"{where} the loss your step returns (summed over the replicas) should be "
-                         "the single-device loss on the real examples: return what compute_loss "
-                         "gave you.", rtol=1e-4)
-            if result.accuracy is not None and abs(result.accuracy - all_slots.accuracy) < 1e-6 \
-                    and abs(all_slots.accuracy - reference.accuracy) > 1e-6:
+            expect_close(
+                result.loss,
+                reference.loss,
+                f"{where} the loss your step returns (summed over the replicas) should be "
+                "the single-device loss on the real examples: return what compute_loss "
+                "gave you.",
+                rtol=1e-4,
+            )
+            if (
+                result.accuracy is not None
+                and abs(result.accuracy - all_slots.accuracy) < 1e-6
+                and abs(all_slots.accuracy - reference.accuracy) > 1e-6
+            ):
                 raise ExerciseError(
                     f"{where} the accuracy reads {result.accuracy:.4f}: it counted the "
                     f"{ref.CHECK_BATCH - REAL} padding examples as if they were real (expected "
@@ -390,8 +438,11 @@ def check_padded_train_step(make_train_step: Callable[[Any, Any, Any], Any]) -> 
                 f"{reference.accuracy:.4f} (the {REAL} real examples): update it once per step, "
                 "inside train_step.",
             )
-    passed("padded_train_step", "1 device and 2 replicas both apply the single-device update "
-                                "of the real examples and count only them.")
+    passed(
+        "padded_train_step",
+        "1 device and 2 replicas both apply the single-device update "
+        "of the real examples and count only them.",
+    )
 
 
 # --------------------------------------------------------------------------- distributed_test_step
@@ -407,8 +458,13 @@ def eval_data(examples: int = EVAL_EXAMPLES, batch: int = ref.CHECK_BATCH) -> tu
     return images, labels, mask
 
 
-def evaluate_with(strategy: Any, make_distributed_test_step: Callable[..., Any], weights: list,
-                  data: tuple, batch: int = ref.CHECK_BATCH) -> tuple[float, float]:
+def evaluate_with(
+    strategy: Any,
+    make_distributed_test_step: Callable[..., Any],
+    weights: list,
+    data: tuple,
+    batch: int = ref.CHECK_BATCH,
+) -> tuple[float, float]:
     """(loss, accuracy) of the student's distributed test step over ``data`` under ``strategy``."""
     import keras
 
@@ -424,7 +480,9 @@ def evaluate_with(strategy: Any, make_distributed_test_step: Callable[..., Any],
     return float(loss_metric.result()), float(accuracy.result())
 
 
-def _eval_reference(weights: list, images: np.ndarray, labels: np.ndarray, mask: np.ndarray) -> tuple[float, float]:
+def _eval_reference(
+    weights: list, images: np.ndarray, labels: np.ndarray, mask: np.ndarray
+) -> tuple[float, float]:
     model = ref.check_model()
     model.set_weights(list(weights))
     logits = np.asarray(model(images, training=False), np.float64)
@@ -449,8 +507,9 @@ def check_distributed_test_step(make_distributed_test_step: Callable[..., Any]) 
             (_two_replicas(), "On 2 replicas,"),
         ):
             try:
-                loss, accuracy = evaluate_with(strategy, make_distributed_test_step, weights,
-                                               (images, labels, mask))
+                loss, accuracy = evaluate_with(
+                    strategy, make_distributed_test_step, weights, (images, labels, mask)
+                )
             except (ExerciseError, NotImplementedError):
                 raise
             except Exception as error:
@@ -488,5 +547,7 @@ def check_distributed_test_step(make_distributed_test_step: Callable[..., Any]) 
                         "labels and logits."
                     )
                 raise ExerciseError(hint)
-    passed("distributed_test_step", "on 1 device and on 2 replicas the metrics equal one device's "
-                                    "on the real examples.")
+    passed(
+        "distributed_test_step",
+        "on 1 device and on 2 replicas the metrics equal one device's on the real examples.",
+    )
