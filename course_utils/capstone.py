@@ -288,8 +288,10 @@ class SameUpdate:
 
     def table(self) -> str:
         """One line per replica count: weight factor and mismatch, last loss, metric."""
-        lines = [f"compared with {self.compared_with}:",
-                 "replicas  weights (factor, mismatch)  loss      metric"]
+        lines = [
+            f"compared with {self.compared_with}:",
+            "replicas  weights (factor, mismatch)  loss      metric",
+        ]
         for n, c in sorted(self.comparisons.items()):
             if c.error:
                 lines.append(f"{n:>8}  raised {c.error}")
@@ -297,9 +299,7 @@ class SameUpdate:
             metric = "-" if c.metric is None else f"{c.metric:.4f}"
             flag = "same" if c.same else "DIFFERS"
             off = "   < 1e-4" if c.weights_same else f"{c.weight_mismatch:9.2e}"
-            lines.append(
-                f"{n:>8}  {c.weight_factor:6.3f}x  {off}      {c.loss:.5f}  {metric}  {flag}"
-            )
+            lines.append(f"{n:>8}  {c.weight_factor:6.3f}x  {off}      {c.loss:.5f}  {metric}  {flag}")
         base_metric = "-" if self.baseline.metric is None else f"{self.baseline.metric:.4f}"
         lines.append(f"baseline  {'1.000x':>7}  {'0':>9}      {self.baseline.losses[-1]:.5f}  {base_metric}")
         return "\n".join(lines)
@@ -331,9 +331,11 @@ def _weights_diagnosis(
     )
     if sample_weight is None or weights_ignored:
         if _near(comparison.weight_factor, n, 0.005) and n > 1:
-            return (f"{head}: every gradient is {n}x, so the loss is a per-replica mean (or the "
-                    "gradients are summed twice); each replica's loss must be its share of the "
-                    "global batch's loss")
+            return (
+                f"{head}: every gradient is {n}x, so the loss is a per-replica mean (or the "
+                "gradients are summed twice); each replica's loss must be its share of the "
+                "global batch's loss"
+            )
         return head
     zero, small = sample_weight * 0.0, sample_weight * SMALL
     p_n = _run(setup, *port, n, zero, steps=1)
@@ -347,39 +349,53 @@ def _weights_diagnosis(
     dat_f, dat_m = factor(data_n, data_1), mismatch(data_n, data_1)
     if not (np.isfinite(pen_m) and np.isfinite(dat_m)):
         if n == 1:
-            return (f"{head}: your step differs from your reference on one device already; "
-                    "compare the two losses term by term")
+            return (
+                f"{head}: your step differs from your reference on one device already; "
+                "compare the two losses term by term"
+            )
         return head
     pen_ok, dat_ok = pen_m <= PROBE_RTOL, dat_m <= PROBE_RTOL
     if pen_ok and dat_ok:
-        return (f"{head}, yet the penalty's and the data loss's parts match when the gradients "
-                "are small: something that depends on the gradient's size differs, most likely "
-                "clipping. Optimizer clipnorm/global_clipnorm and tf.clip_by_global_norm in the "
-                "replica step clip each replica's local gradient before the all-reduce; clip by "
-                "the norm of the all-reduced gradient instead")
+        return (
+            f"{head}, yet the penalty's and the data loss's parts match when the gradients "
+            "are small: something that depends on the gradient's size differs, most likely "
+            "clipping. Optimizer clipnorm/global_clipnorm and tf.clip_by_global_norm in the "
+            "replica step clip each replica's local gradient before the all-reduce; clip by "
+            "the norm of the all-reduced gradient instead"
+        )
     if not pen_ok and not dat_ok and _near(pen_f, n) and _near(dat_f, n) and n > 1:
-        return (f"{head}: the penalty's part and the data loss's part are both {n}x, so the "
-                "gradients are summed twice (all-reduced by hand, then again by apply_gradients) "
-                "or every replica adds the whole loss; each replica's loss must be its share")
+        return (
+            f"{head}: the penalty's part and the data loss's part are both {n}x, so the "
+            "gradients are summed twice (all-reduced by hand, then again by apply_gradients) "
+            "or every replica adds the whole loss; each replica's loss must be its share"
+        )
     reasons = []
     if not pen_ok:
         if _near(pen_f, 0.0, 0.05):
-            reasons.append("the penalty is missing (its part of the update is 0.00x): add the "
-                           "model's regularization losses, sum(model.losses)")
+            reasons.append(
+                "the penalty is missing (its part of the update is 0.00x): add the "
+                "model's regularization losses, sum(model.losses)"
+            )
         elif _near(pen_f, n) and n > 1:
-            reasons.append(f"the penalty is added on every replica (its part of the update is "
-                           f"{pen_f:.2f}x): scale it with tf.nn.scale_regularization_loss")
+            reasons.append(
+                f"the penalty is added on every replica (its part of the update is "
+                f"{pen_f:.2f}x): scale it with tf.nn.scale_regularization_loss"
+            )
         else:
             reasons.append(f"the penalty's part of the update is {pen_f:.2f}x (mismatch {pen_m:.1%})")
     if not dat_ok:
         if _near(dat_f, n) and n > 1:
-            reasons.append(f"the data loss's part is {dat_f:.2f}x: each replica averages over its "
-                           "own examples; divide by the global batch with "
-                           "tf.nn.compute_average_loss(..., global_batch_size=...)")
+            reasons.append(
+                f"the data loss's part is {dat_f:.2f}x: each replica averages over its "
+                "own examples; divide by the global batch with "
+                "tf.nn.compute_average_loss(..., global_batch_size=...)"
+            )
         else:
-            reasons.append(f"the data loss's part is {dat_f:.2f}x (mismatch {dat_m:.1%}): each "
-                           "replica normalizes its loss by something of its own (its batch size "
-                           "or its sum of sample weights?) instead of the global batch")
+            reasons.append(
+                f"the data loss's part is {dat_f:.2f}x (mismatch {dat_m:.1%}): each "
+                "replica normalizes its loss by something of its own (its batch size "
+                "or its sum of sample weights?) instead of the global batch"
+            )
     return f"{head}: " + "; ".join(reasons)
 
 
@@ -406,9 +422,11 @@ def _diagnose(
             and _close(probe.losses[0], one.losses[0], 1e-7)
         ):
             ignored = True
-            problems.append("sample weights ignored: on one replica, setting half of them to 0 "
-                            "changes neither the update nor the loss; pass sample_weight= to the "
-                            "per-example loss before averaging over the global batch")
+            problems.append(
+                "sample weights ignored: on one replica, setting half of them to 0 "
+                "changes neither the update nor the loss; pass sample_weight= to the "
+                "per-example loss before averaging over the global batch"
+            )
     for n, c in sorted(comparisons.items()):
         if c.same or ignored:
             continue
@@ -416,9 +434,11 @@ def _diagnose(
         if c.error:
             why = f"{on} the step raised {c.error}"
             if "PerReplica" in c.error:
-                why += (" (it ran on one): a per-replica value from strategy.run was used outside "
-                        "it, such as a metric updated outside the replicas; update metrics inside "
-                        "the replica step")
+                why += (
+                    " (it ran on one): a per-replica value from strategy.run was used outside "
+                    "it, such as a metric updated outside the replicas; update metrics inside "
+                    "the replica step"
+                )
             problems.append(why)
         elif not c.weights_same:
             problems.append(_weights_diagnosis(setup, port, base, n, c, sample_weight, ignored))
@@ -428,18 +448,21 @@ def _diagnose(
                 problems.append(
                     f"{on} the reported loss is {ratio:.2f}x the one-device loss but the weights "
                     "match: the loss you return is not each replica's share (a per-replica mean, "
-                    "or the global loss on every replica), so the SUM over replicas is too big")
+                    "or the global loss on every replica), so the SUM over replicas is too big"
+                )
             else:
                 problems.append(
                     f"{on} the reported loss is {c.loss:.6g}, not {c.baseline_loss:.6g}, but the "
                     "weights match: the loss you return is not the loss you differentiate (does it "
-                    "leave out the sample weights or the penalty, or scale them otherwise?)")
+                    "leave out the sample weights or the penalty, or scale them otherwise?)"
+                )
         else:
             problems.append(
                 f"{on} the metric is {c.metric}, not {c.baseline_metric}, although the weights and "
                 "the loss match: it does not count every replica's examples and sample weights "
                 "the way one device does; update it inside the replica step (strategy.run) with "
-                "that replica's labels, predictions and sample weights")
+                "that replica's labels, predictions and sample weights"
+            )
         break  # the smallest replica count that differs: fix it, then check again
     return problems
 
@@ -522,6 +545,5 @@ def check_same_update(*args: Any, **kwargs: Any) -> SameUpdate:
     if not result.ok:
         raise ExerciseError(f"Not the same update: {result.hint}.")
     counts = ", ".join(str(n) for n in sorted(result.runs))
-    print(f"[same update] weights, loss and metric match on {counts} replicas "
-          f"({result.compared_with}).")
+    print(f"[same update] weights, loss and metric match on {counts} replicas ({result.compared_with}).")
     return result

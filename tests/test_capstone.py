@@ -49,8 +49,12 @@ def right_clip(gradients, clip_norm):
 
 def _check(factory, **kwargs):
     data = ex.check_data()
-    options = dict(make_model=ex.make_model, make_optimizer=ex.make_optimizer,
-                   make_metric=ex.make_metric, replicas=(1, 2))
+    options = dict(
+        make_model=ex.make_model,
+        make_optimizer=ex.make_optimizer,
+        make_metric=ex.make_metric,
+        replicas=(1, 2),
+    )
     options.update(kwargs)
     return capstone.check_same_update(factory, *data, **options)
 
@@ -91,8 +95,10 @@ def test_clipping_in_the_optimizer_differs_from_one_device() -> None:
     import keras
 
     with pytest.raises(ExerciseError) as error:
-        _check(ex.step_with_loss(right_loss),
-               make_optimizer=lambda: keras.optimizers.SGD(ex.LEARNING_RATE, global_clipnorm=ex.CLIP_NORM))
+        _check(
+            ex.step_with_loss(right_loss),
+            make_optimizer=lambda: keras.optimizers.SGD(ex.LEARNING_RATE, global_clipnorm=ex.CLIP_NORM),
+        )
     assert "match when the gradients are small" in str(error.value)
     assert "most likely clipping" in str(error.value)
 
@@ -173,9 +179,12 @@ def test_loss_reported_as_a_per_replica_mean() -> None:
 
 def test_result_table_and_factors() -> None:
     result = capstone.same_update(
-        ex.step_with_loss(right_loss), *ex.check_data(), make_model=ex.make_model,
+        ex.step_with_loss(right_loss),
+        *ex.check_data(),
+        make_model=ex.make_model,
         make_optimizer=lambda: __import__("keras").optimizers.SGD(0.1, global_clipnorm=1.0),
-        make_metric=ex.make_metric, replicas=(1, 2),
+        make_metric=ex.make_metric,
+        replicas=(1, 2),
     )
     assert not result.ok and not result.comparisons[2].weights_same
     assert result.comparisons[2].weight_factor > 1.1  # each replica's shorter gradient escapes the clip
@@ -187,8 +196,15 @@ def test_bad_batch_is_a_config_error() -> None:
 
     x, y, w = ex.check_data()
     with pytest.raises(ConfigError, match="every replica count"):
-        capstone.same_update(ex.step_with_loss(right_loss), x[:30], y[:30], w[:30],
-                             make_model=ex.make_model, steps=1, replicas=(1, 4))
+        capstone.same_update(
+            ex.step_with_loss(right_loss),
+            x[:30],
+            y[:30],
+            w[:30],
+            make_model=ex.make_model,
+            steps=1,
+            replicas=(1, 4),
+        )
 
 
 def test_four_replicas_after_two_in_one_process() -> None:

@@ -33,6 +33,7 @@ def right_clip(gradients, clip_norm):
     total = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)
     return tf.clip_by_global_norm(gradients, clip_norm, use_norm=tf.linalg.global_norm(total))[0]
 
+
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
@@ -69,7 +70,9 @@ def _local_mean(labels, logits, weights, model_losses, global_batch_size):
 
 def _no_penalty(labels, logits, weights, model_losses, global_batch_size):
     tf = _tf()
-    return tf.nn.compute_average_loss(_per_example(labels, logits, weights), global_batch_size=global_batch_size)
+    return tf.nn.compute_average_loss(
+        _per_example(labels, logits, weights), global_batch_size=global_batch_size
+    )
 
 
 @pytest.mark.parametrize(

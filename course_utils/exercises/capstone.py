@@ -38,8 +38,9 @@ def make_model(seed: int = 0) -> Any:
         [
             keras.Input(shape=(28, 28, 1)),
             keras.layers.Flatten(),
-            keras.layers.Dense(32, activation="relu", kernel_initializer=init,
-                               kernel_regularizer=keras.regularizers.L2(L2)),
+            keras.layers.Dense(
+                32, activation="relu", kernel_initializer=init, kernel_regularizer=keras.regularizers.L2(L2)
+            ),
             keras.layers.Dense(10, kernel_initializer=init),
         ],
         name="capstone_mlp",
@@ -104,24 +105,33 @@ def make_script_step(model: Any, optimizer: Any, metric: Any, global_batch_size:
     return train_step
 
 
-def same_update(make_train_step: Any, *, reference: Any = make_script_step, **kwargs: Any) -> capstone.SameUpdate:
+def same_update(
+    make_train_step: Any, *, reference: Any = make_script_step, **kwargs: Any
+) -> capstone.SameUpdate:
     """:func:`course_utils.capstone.same_update` on the capstone's model, data and optimizer,
     compared with the script's step on one device (``reference=None``: with the port's own
     run on 1 replica)."""
     options: dict[str, Any] = dict(
-        make_model=make_model, make_optimizer=make_optimizer, make_metric=make_metric,
-        reference=reference, replicas=replica_counts(),
+        make_model=make_model,
+        make_optimizer=make_optimizer,
+        make_metric=make_metric,
+        reference=reference,
+        replicas=replica_counts(),
     )
     options.update(kwargs)
     return capstone.same_update(make_train_step, *check_data(), **options)
 
 
-def step_with_loss(loss_fn: Callable[..., Any], clip: Optional[Callable[..., Any]] = None) -> Callable[..., Any]:
+def step_with_loss(
+    loss_fn: Callable[..., Any], clip: Optional[Callable[..., Any]] = None
+) -> Callable[..., Any]:
     """A per-replica step factory around ``loss_fn(labels, logits, sample_weight, model_losses,
     global_batch_size)`` and, when given, ``clip(gradients, clip_norm)``."""
     tf = _tf()
 
-    def make_train_step(model: Any, optimizer: Any, metric: Any, global_batch_size: int) -> Callable[[Any], Any]:
+    def make_train_step(
+        model: Any, optimizer: Any, metric: Any, global_batch_size: int
+    ) -> Callable[[Any], Any]:
         def train_step(inputs: Any) -> Any:
             images, labels, weights = inputs
             with tf.GradientTape() as tape:
@@ -139,7 +149,9 @@ def step_with_loss(loss_fn: Callable[..., Any], clip: Optional[Callable[..., Any
     return make_train_step
 
 
-def _unclipped_script_step(model: Any, optimizer: Any, metric: Any, global_batch_size: int) -> Callable[[Any], Any]:
+def _unclipped_script_step(
+    model: Any, optimizer: Any, metric: Any, global_batch_size: int
+) -> Callable[[Any], Any]:
     """The script's step without its clipping: the reference for the loss alone."""
     tf = _tf()
     import keras
@@ -167,23 +179,35 @@ def check_naive_loss_prediction(prediction: Any, measured: float) -> None:
     with exercise("naive_loss_prediction"):
         if prediction is None or prediction is Ellipsis:
             raise NotImplementedError
-        expect(isinstance(prediction, (int, float, np.floating)) and not isinstance(prediction, bool),
-               f"Set PREDICTION to a number (got {prediction!r}).")
+        expect(
+            isinstance(prediction, (int, float, np.floating)) and not isinstance(prediction, bool),
+            f"Set PREDICTION to a number (got {prediction!r}).",
+        )
         data, penalty = script_first_loss()
         value = float(prediction)
         if abs(value - (data + penalty)) < 1e-3 and abs(measured - (data + penalty)) > 1e-3:
-            expect(False, f"You predicted the one-device loss {data + penalty:.4f}. The naive port "
-                   "adds the whole penalty on each of the 4 replicas, and SUM adds the 4 "
-                   f"replicas' losses: it reported {measured:.4f}.")
+            expect(
+                False,
+                f"You predicted the one-device loss {data + penalty:.4f}. The naive port "
+                "adds the whole penalty on each of the 4 replicas, and SUM adds the 4 "
+                f"replicas' losses: it reported {measured:.4f}.",
+            )
         if abs(value - 4 * (data + penalty)) < 1e-3:
-            expect(False, "Each replica's data loss is its share of the global batch "
-                   "(compute_average_loss divides by the global batch), so the 4 shares add up to "
-                   f"the one-device data loss {data:.4f}, not 4x it; it reported {measured:.4f}.")
-        expect(abs(value - measured) < 1e-3,
-               f"You predicted {value:.4f}; the naive port reported {measured:.4f} on 4 replicas "
-               f"(data loss {data:.4f}, penalty {penalty:.4f} on one device).")
-    passed("naive_loss_prediction",
-           f"{measured:.4f} = the data loss + 4 x the penalty: SUM adds the penalty 4 times.")
+            expect(
+                False,
+                "Each replica's data loss is its share of the global batch "
+                "(compute_average_loss divides by the global batch), so the 4 shares add up to "
+                f"the one-device data loss {data:.4f}, not 4x it; it reported {measured:.4f}.",
+            )
+        expect(
+            abs(value - measured) < 1e-3,
+            f"You predicted {value:.4f}; the naive port reported {measured:.4f} on 4 replicas "
+            f"(data loss {data:.4f}, penalty {penalty:.4f} on one device).",
+        )
+    passed(
+        "naive_loss_prediction",
+        f"{measured:.4f} = the data loss + 4 x the penalty: SUM adds the penalty 4 times.",
+    )
 
 
 def script_first_loss() -> tuple[float, float]:
@@ -221,9 +245,11 @@ def check_capstone_clip(capstone_clip: Callable[[list, float], Any]) -> None:
             want, _ = tf.clip_by_global_norm([tf.constant(total)], clip_norm)
             want = want[0].numpy()
             one = np.asarray(capstone_clip([tf.constant(total)], clip_norm)[0])
-            expect(np.allclose(one, want, atol=1e-6),
-                   f"On one device, clipping {total.tolist()} to norm {clip_norm} should give "
-                   f"{np.round(want, 4).tolist()}, got {np.round(one, 4).tolist()}.")
+            expect(
+                np.allclose(one, want, atol=1e-6),
+                f"On one device, clipping {total.tolist()} to norm {clip_norm} should give "
+                f"{np.round(want, 4).tolist()}, got {np.round(one, 4).tolist()}.",
+            )
             strategy = capstone.checking_strategy(2)
             values = tf.constant(np.stack(case))
 
@@ -239,17 +265,24 @@ def check_capstone_clip(capstone_clip: Callable[[list, float], Any]) -> None:
             if np.allclose(got, want, atol=1e-5):
                 continue
             local = sum(tf.clip_by_global_norm([tf.constant(s)], clip_norm)[0][0].numpy() for s in case)
-            expect(not np.allclose(got, local, atol=1e-5),
-                   f"Each replica clipped its own gradient (norms {', '.join(f'{np.linalg.norm(s):.2f}' for s in case)}) "
-                   f"against {clip_norm}, but one device clips their sum (norm {np.linalg.norm(total):.2f}): "
-                   "clip by the norm of the all-reduced gradient (tf.distribute.get_replica_context().all_reduce).")
+            expect(
+                not np.allclose(got, local, atol=1e-5),
+                f"Each replica clipped its own gradient (norms {', '.join(f'{np.linalg.norm(s):.2f}' for s in case)}) "
+                f"against {clip_norm}, but one device clips their sum (norm {np.linalg.norm(total):.2f}): "
+                "clip by the norm of the all-reduced gradient (tf.distribute.get_replica_context().all_reduce).",
+            )
             f = capstone.factor(got, want)
-            expect(not abs(f - 2.0) < 1e-3,
-                   "The replicas' results add up to 2.00x the clipped gradient: apply_gradients adds "
-                   "the replicas' gradients itself, so each replica must return its own share, "
-                   "scaled, not the all-reduced total.")
-            expect(False, f"On 2 replicas the clipped gradients add up to {np.round(got, 4).tolist()}; "
-                   f"one device gives {np.round(want, 4).tolist()} ({f:.2f}x).")
+            expect(
+                not abs(f - 2.0) < 1e-3,
+                "The replicas' results add up to 2.00x the clipped gradient: apply_gradients adds "
+                "the replicas' gradients itself, so each replica must return its own share, "
+                "scaled, not the all-reduced total.",
+            )
+            expect(
+                False,
+                f"On 2 replicas the clipped gradients add up to {np.round(got, 4).tolist()}; "
+                f"one device gives {np.round(want, 4).tolist()} ({f:.2f}x).",
+            )
     passed("capstone_clip", "the replicas' shares add up to the one-device clipped gradient.")
 
 
