@@ -233,10 +233,17 @@ def plan(root: Path) -> dict[Path, str]:
 
 
 def _title_and_time(nb: Any) -> tuple[str, str]:
+    """The title (first line of the first cell) and the ``**Time:**`` of the opening cells (those
+    before the badges), for the README map."""
     first = nb.cells[0].source if nb.cells else ""
     title = first.splitlines()[0].lstrip("# ").strip() if first.strip() else ""
-    match = re.search(r"\*\*Time:\*\*\s*([^.\n]+)", first)
-    return title, (match.group(1).strip() if match else "")
+    for cell in nb.cells:
+        if role(cell) == "badges":
+            break
+        match = re.search(r"\*\*Time:\*\*\s*([^.\n]+)", cell.source) if cell.cell_type == "markdown" else None
+        if match:
+            return title, match.group(1).strip()
+    return title, ""
 
 
 def topic(nb: Any, name: str) -> str:
