@@ -38,9 +38,8 @@ replica. Taught in notebook 10 (capstone).
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -70,38 +69,15 @@ def _tf() -> Any:
 # --------------------------------------------------------------------------- strategies
 
 
-@contextlib.contextmanager
-def _own_collective_keys(replicas: int) -> Iterator[None]:
-    """Every ``MirroredStrategy`` numbers its all-reduce groups from 1, and a process remembers
-    group 1's size: a 4-replica strategy made after a 2-replica one fails with "Device CPU:2 is
-    joining a group with size 4, but that group has size 2" and aborts every later all-reduce.
-    The check's strategies number theirs from ``1000 x replicas`` (``_collective_key_base``,
-    TensorFlow's own knob for this), apart from the notebook's strategies and from each other."""
-    cls = _tf().distribute.MirroredStrategy
-    old = cls.__dict__.get("_collective_key_base", 0)
-    cls._collective_key_base = 1000 * replicas
-    try:
-        yield
-    finally:
-        cls._collective_key_base = old
-
-
-_STRATEGIES: dict[int, Any] = {}
-
-
 def checking_strategy(replicas: int) -> Any:
-    """The default strategy for 1, else a ``MirroredStrategy`` over ``/cpu:0`` ... (no line
-    printed) whose all-reduces cannot collide with other strategies in this process."""
+    """The default strategy for 1, else the course's ``MirroredStrategy`` over ``/cpu:0`` ...
+    (no line printed; one per replica count and process, with collective keys of its own, so its
+    all-reduces cannot collide with other strategies in this process)."""
     from .strategies import default_strategy, mirrored_cpus
 
     if replicas == 1:
         return default_strategy()
-    if replicas not in _STRATEGIES:
-        with _own_collective_keys(replicas):
-            _STRATEGIES[replicas] = mirrored_cpus(
-                replicas, needed_by="The same-update check (1, 2 and 4 replicas)"
-            )
-    return _STRATEGIES[replicas]
+    return mirrored_cpus(replicas, needed_by="The same-update check (1, 2 and 4 replicas)")
 
 
 # --------------------------------------------------------------------------- one run

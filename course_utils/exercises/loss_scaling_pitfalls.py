@@ -80,32 +80,11 @@ def _reference_step() -> Callable[..., Any]:
     return step
 
 
-_STRATEGY: list[Any] = []
-#: Offset of the collective keys of the checks' strategy (see :func:`two_replicas`).
-_KEY_BASE = 5_000_000
-
-
 def two_replicas() -> Any:
-    """The 2-replica strategy of these checks: one per process, with collective keys of its own.
-
-    TensorFlow numbers the all-reduces of every ``MirroredStrategy`` over the same devices with
-    the same keys (group 1, instances from 100). When two such strategies run all-reduces of
-    different shapes under one key, the second fails ("Shape mismatch in the collective instance
-    100") and so does every collective after it in the process. TensorFlow's own tests give each
-    strategy its own key base; so do these checks, so that they run next to the notebook's own
-    strategy.
-    """
-    if not _STRATEGY:
-        import tensorflow as tf
-
-        cls = tf.distribute.MirroredStrategy
-        saved = cls._collective_key_base
-        cls._collective_key_base = saved + _KEY_BASE
-        try:
-            _STRATEGY.append(cpu_replicas(REPLICAS))
-        finally:
-            cls._collective_key_base = saved
-    return _STRATEGY[0]
+    """The 2-replica strategy of these checks: the course's one per process
+    (:func:`course_utils.strategies.mirrored_cpus`, with collective keys of its own, so it runs
+    next to the notebook's own strategy)."""
+    return cpu_replicas(REPLICAS)
 
 
 def _measure(step: Any, build: Callable[[], Any], batch: tuple, **kwargs: Any) -> UpdateFactor:
