@@ -108,7 +108,9 @@ class BenchConfig:
             )
         if self.runs < 1 or self.warmup_runs < 0 or self.rounds < 1 or self.jobs < 1:
             raise CourseError("runs, rounds and jobs must be >= 1, warmup_runs >= 0.")
-        if self.threads not in THREAD_CHOICES and not (str(self.threads).isdigit() and int(self.threads) >= 1):
+        if self.threads not in THREAD_CHOICES and not (
+            str(self.threads).isdigit() and int(self.threads) >= 1
+        ):
             raise CourseError(
                 f"threads={self.threads!r}: give 'per-replica', 'default' or a whole number >= 1."
             )
@@ -281,9 +283,7 @@ def profiler_forward_flops(model: Any) -> Optional[int]:
         from tensorflow.python.profiler import model_analyzer, option_builder
 
         shape = [1, *model.input_shape[1:]]
-        graph = tf.function(lambda x: model(x)).get_concrete_function(
-            tf.TensorSpec(shape, tf.float32)
-        ).graph
+        graph = tf.function(lambda x: model(x)).get_concrete_function(tf.TensorSpec(shape, tf.float32)).graph
         options = (
             option_builder.ProfileOptionBuilder(option_builder.ProfileOptionBuilder.float_operation())
             .with_empty_output()
@@ -632,9 +632,7 @@ def report(
     ]
     for n, values in ratios(measurements).items():
         if values:
-            lines.append(
-                f"{n} replica(s): " + ", ".join(f"{k} = {v:.2f}x" for k, v in values.items())
-            )
+            lines.append(f"{n} replica(s): " + ", ".join(f"{k} = {v:.2f}x" for k, v in values.items()))
     if limit:
         lines += [
             "",
@@ -691,7 +689,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--runs", type=int, default=defaults.runs, help="timed runs per process")
     parser.add_argument("--warmup", type=int, default=defaults.warmup_runs, help="untimed runs first")
     parser.add_argument("--rounds", type=int, default=defaults.rounds, help="processes per pair")
-    parser.add_argument("--jobs", type=int, default=defaults.jobs, help="processes started together, timed in turns")
+    parser.add_argument(
+        "--jobs", type=int, default=defaults.jobs, help="processes started together, timed in turns"
+    )
     parser.add_argument(
         "--threads",
         default=defaults.threads,

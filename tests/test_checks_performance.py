@@ -78,8 +78,10 @@ def test_reference_conv_flops_match_the_model_count() -> None:
     assert counted.training == 3 * counted.forward
 
 
-RIGHT_BATCHES = {"weak": {"global_batch": 64, "per_replica": 32, "steps": 93},
-                 "strong": {"global_batch": 32, "per_replica": 16, "steps": 187}}
+RIGHT_BATCHES = {
+    "weak": {"global_batch": 64, "per_replica": 32, "steps": 93},
+    "strong": {"global_batch": 32, "per_replica": 16, "steps": 187},
+}
 
 
 def test_scaling_batches(two_replicas, capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,8 +100,13 @@ def test_scaling_batches(two_replicas, capsys: pytest.CaptureFixture[str]) -> No
         ("strong", {"global_batch": 32, "per_replica": 16, "steps": 93}, "steps = 93"),
         ("strong", {"global_batch": 64, "per_replica": 16, "steps": 187}, "global_batch = 64"),
     ],
-    ids=["weak keeps the global batch", "strong keeps the per-replica batch", "weak steps of one device",
-         "strong steps halved", "strong global doubled"],
+    ids=[
+        "weak keeps the global batch",
+        "strong keeps the per-replica batch",
+        "weak steps of one device",
+        "strong steps halved",
+        "strong global doubled",
+    ],
 )
 def test_scaling_batches_mistakes(two_replicas, kind, wrong, hint: str) -> None:
     prediction = {k: dict(v) for k, v in RIGHT_BATCHES.items()}

@@ -39,26 +39,41 @@ def check_median_throughput(median_throughput: Callable[[list[float], int, int],
             "fastest": 1000 / min(seconds[1:]),
             "per-step": 1 / statistics.median(seconds[1:]),
         }
-        expect(not _close(got, wrong["inverse"]), "You returned seconds per example; throughput is "
-               "examples per second: examples_per_run / median_seconds.")
-        expect(not _close(got, wrong["per-step"]), "You returned runs per second; multiply by the "
-               "examples in one run (examples_per_run).")
-        expect(not _close(got, wrong["mean"]) and not _close(got, wrong["mean-all"]),
-               "You averaged the times: one run slowed down by another program (3.0 s here) pulls "
-               "a mean up. Use the median (statistics.median) of the timed runs.")
-        expect(not _close(got, wrong["warm-up"]),
-               "The first warmup_runs runs include tracing and must be left out: take "
-               "seconds[warmup_runs:] before the median.")
-        expect(not _close(got, wrong["fastest"]),
-               "You took the fastest run: that is the best case, not the typical one. Use the median.")
-        expect(_close(got, want),
-               f"For times {seconds} s, 1,000 examples per run and 1 warm-up run, expected "
-               f"{want:.1f} examples/s (1000 / median of the last four), got {got:.1f}.")
+        expect(
+            not _close(got, wrong["inverse"]),
+            "You returned seconds per example; throughput is "
+            "examples per second: examples_per_run / median_seconds.",
+        )
+        expect(
+            not _close(got, wrong["per-step"]),
+            "You returned runs per second; multiply by the examples in one run (examples_per_run).",
+        )
+        expect(
+            not _close(got, wrong["mean"]) and not _close(got, wrong["mean-all"]),
+            "You averaged the times: one run slowed down by another program (3.0 s here) pulls "
+            "a mean up. Use the median (statistics.median) of the timed runs.",
+        )
+        expect(
+            not _close(got, wrong["warm-up"]),
+            "The first warmup_runs runs include tracing and must be left out: take "
+            "seconds[warmup_runs:] before the median.",
+        )
+        expect(
+            not _close(got, wrong["fastest"]),
+            "You took the fastest run: that is the best case, not the typical one. Use the median.",
+        )
+        expect(
+            _close(got, want),
+            f"For times {seconds} s, 1,000 examples per run and 1 warm-up run, expected "
+            f"{want:.1f} examples/s (1000 / median of the last four), got {got:.1f}.",
+        )
         for secs, examples, warmup in [([0.2, 0.2, 0.2], 64, 0), ([9.0, 1.0, 2.0, 4.0], 500, 2)]:
             got = _number(median_throughput(list(secs), examples, warmup), "median_throughput")
             want = examples / statistics.median(secs[warmup:])
-            expect(_close(got, want), f"median_throughput({secs}, {examples}, {warmup}) should be "
-                   f"{want:.1f}, got {got:.1f}.")
+            expect(
+                _close(got, want),
+                f"median_throughput({secs}, {examples}, {warmup}) should be {want:.1f}, got {got:.1f}.",
+            )
     passed("median_throughput", "warm-up left out, the median run, in examples per second.")
 
 
@@ -67,17 +82,29 @@ def check_pipelined_throughput(pipelined_throughput: Callable[[float, float, boo
     the input alone delivers ``input_rate`` and the step alone consumes ``compute_rate``."""
     with exercise("pipelined_throughput"):
         got = _number(pipelined_throughput(2_000.0, 3_000.0, True), "pipelined_throughput")
-        expect(not _close(got, 1_200.0), "With prefetch the input of the next step is prepared "
-               "while this one trains: the two overlap, so the slower of the two sets the pace.")
-        expect(not _close(got, 3_000.0), "With prefetch the slower side sets the pace: here the "
-               "input (2,000 examples/s), not the step.")
-        expect(_close(got, 2_000.0), f"Input 2,000 and compute 3,000 examples/s with prefetch: "
-               f"expected 2,000, got {got:,.1f}.")
+        expect(
+            not _close(got, 1_200.0),
+            "With prefetch the input of the next step is prepared "
+            "while this one trains: the two overlap, so the slower of the two sets the pace.",
+        )
+        expect(
+            not _close(got, 3_000.0),
+            "With prefetch the slower side sets the pace: here the input (2,000 examples/s), not the step.",
+        )
+        expect(
+            _close(got, 2_000.0),
+            f"Input 2,000 and compute 3,000 examples/s with prefetch: expected 2,000, got {got:,.1f}.",
+        )
         got = _number(pipelined_throughput(2_000.0, 3_000.0, False), "pipelined_throughput")
-        expect(not _close(got, 2_000.0), "Without prefetch each step first waits for its batch, "
-               "then trains: the times per example add up (1/2000 + 1/3000 s), they do not overlap.")
-        expect(_close(got, 1_200.0), "Without prefetch: 1 / (1/2000 + 1/3000) = 1,200 examples/s "
-               f"expected, got {got:,.1f}.")
+        expect(
+            not _close(got, 2_000.0),
+            "Without prefetch each step first waits for its batch, "
+            "then trains: the times per example add up (1/2000 + 1/3000 s), they do not overlap.",
+        )
+        expect(
+            _close(got, 1_200.0),
+            f"Without prefetch: 1 / (1/2000 + 1/3000) = 1,200 examples/s expected, got {got:,.1f}.",
+        )
         for args, want in [((5_000.0, 1_000.0, True), 1_000.0), ((1_000.0, 1_000.0, False), 500.0)]:
             got = _number(pipelined_throughput(*args), "pipelined_throughput")
             expect(_close(got, want), f"pipelined_throughput{args} should be {want:,.1f}, got {got:,.1f}.")
@@ -114,8 +141,12 @@ def check_scaling_batches(prediction: Any) -> None:
 
     with exercise("scaling_batches"):
         expect(
-            isinstance(prediction, dict) and set(prediction) == {"weak", "strong"}
-            and all(isinstance(prediction[k], dict) and set(prediction[k]) == set(SCALING_KEYS) for k in prediction),
+            isinstance(prediction, dict)
+            and set(prediction) == {"weak", "strong"}
+            and all(
+                isinstance(prediction[k], dict) and set(prediction[k]) == set(SCALING_KEYS)
+                for k in prediction
+            ),
             'Set PREDICTION to {"weak": {"global_batch": ..., "per_replica": ..., "steps": ...}, '
             f'"strong": {{...the same keys...}}}}, got {prediction!r}.',
         )
@@ -125,10 +156,14 @@ def check_scaling_batches(prediction: Any) -> None:
             "weak": measure_batches(two, ONE_DEVICE_BATCH * 2),  # 32 per replica, as on one device
             "strong": measure_batches(two, ONE_DEVICE_BATCH),  # the one-device global batch, split
         }
-        print(f"one device : global batch {one['global_batch']}, {one['per_replica']} per replica, {one['steps']} steps")
+        print(
+            f"one device : global batch {one['global_batch']}, {one['per_replica']} per replica, {one['steps']} steps"
+        )
         for kind in ("weak", "strong"):
             r = real[kind]
-            print(f"{kind:<6} x 2 : global batch {r['global_batch']}, {r['per_replica']} per replica, {r['steps']} steps")
+            print(
+                f"{kind:<6} x 2 : global batch {r['global_batch']}, {r['per_replica']} per replica, {r['steps']} steps"
+            )
         weak, strong = prediction["weak"], prediction["strong"]
         expect(
             weak["global_batch"] != ONE_DEVICE_BATCH,
@@ -144,9 +179,12 @@ def check_scaling_batches(prediction: Any) -> None:
             for key in SCALING_KEYS:
                 got, want = prediction[kind][key], real[kind][key]
                 if key == "steps" and got == one["steps"] and want != got:
-                    expect(False, f"{kind}: {got} steps is the one-device epoch. A step now takes a "
-                           f"global batch of {real[kind]['global_batch']}: {EPOCH_EXAMPLES:,} // "
-                           f"{real[kind]['global_batch']} steps.")
+                    expect(
+                        False,
+                        f"{kind}: {got} steps is the one-device epoch. A step now takes a "
+                        f"global batch of {real[kind]['global_batch']}: {EPOCH_EXAMPLES:,} // "
+                        f"{real[kind]['global_batch']} steps.",
+                    )
                 expect(got == want, f"{kind}: {key} = {got!r}, measured on 2 replicas: {want}.")
     passed("scaling_batches", "weak scaling doubles the global batch and halves the steps; strong splits it.")
 
@@ -160,14 +198,25 @@ def check_speedup_bound(speedup_bound: Callable[[float, float, int], float]) -> 
     """``speedup_bound(compute_ms, overhead_ms, replicas)``: the best strong-scaling speed-up."""
     with exercise("speedup_bound"):
         got = _number(speedup_bound(8.0, 2.0, 4), "speedup_bound")
-        expect(not _close(got, 4.0), "4.0 is the ideal: it ignores the overhead. Only the compute is "
-               "divided among the replicas; the 2 ms of overhead stay in every step.")
-        expect(not _close(got, 8.0 / (2.0 + 2.0)), "On one device the step also pays the overhead: "
-               "(compute + overhead) / (compute / n + overhead).")
-        expect(not _close(got, 0.4), "Your ratio is upside down: the speed-up is the one-device step "
-               "time over the n-replica step time, larger than 1.")
-        expect(_close(got, 2.5), f"8 ms of compute and 2 ms of overhead on 4 replicas: (8 + 2) / "
-               f"(8 / 4 + 2) = 2.5, got {got:.4g}.")
+        expect(
+            not _close(got, 4.0),
+            "4.0 is the ideal: it ignores the overhead. Only the compute is "
+            "divided among the replicas; the 2 ms of overhead stay in every step.",
+        )
+        expect(
+            not _close(got, 8.0 / (2.0 + 2.0)),
+            "On one device the step also pays the overhead: (compute + overhead) / (compute / n + overhead).",
+        )
+        expect(
+            not _close(got, 0.4),
+            "Your ratio is upside down: the speed-up is the one-device step "
+            "time over the n-replica step time, larger than 1.",
+        )
+        expect(
+            _close(got, 2.5),
+            f"8 ms of compute and 2 ms of overhead on 4 replicas: (8 + 2) / "
+            f"(8 / 4 + 2) = 2.5, got {got:.4g}.",
+        )
         for args in [(10.0, 0.0, 8), (5.0, 5.0, 2), (100.0, 1.0, 64), (3.0, 1.0, 1)]:
             got = _number(speedup_bound(*args), "speedup_bound")
             want = reference_speedup_bound(*args)
