@@ -44,6 +44,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from .errors import ConfigError, ExerciseError
+from .runtime import import_tensorflow as _tf
 
 __all__ = ["Run", "Comparison", "SameUpdate", "same_update", "check_same_update", "checking_strategy"]
 
@@ -58,12 +59,6 @@ METRIC_ATOL = 1e-6
 #: The probes: sample weights times 0 (the penalty alone) and divided by 100 (small gradients).
 SMALL = 1e-2
 PROBE_RTOL = 2e-3
-
-
-def _tf() -> Any:
-    from .runtime import import_tensorflow
-
-    return import_tensorflow()
 
 
 # --------------------------------------------------------------------------- strategies

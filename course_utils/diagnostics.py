@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import numpy as np
 
 from .errors import CourseError
+from .runtime import import_tensorflow as _tf
 
 #: A train step: ``step(model, optimizer, x, y) -> loss``, run in replica context.
 Step = Callable[[Any, Any, Any, Any], Any]
@@ -36,12 +37,6 @@ Step = Callable[[Any, Any, Any, Any], Any]
 #: Relative tolerances under which a factor counts as "the same update".
 FACTOR_TOLERANCE = 1e-3
 MISMATCH_TOLERANCE = 1e-3
-
-
-def _tf() -> Any:
-    import tensorflow as tf
-
-    return tf
 
 
 @dataclass(frozen=True)

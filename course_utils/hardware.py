@@ -28,18 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from .errors import NoTPUError
+from .runtime import import_tensorflow as _tf
 
 #: What the chain can choose, in the order it tries.
 KINDS: tuple[str, ...] = ("tpu", "multi_gpu", "one_gpu", "cpu")
 
 FindTPU = Callable[[], Any]
 ListDevices = Callable[[str], Sequence[Any]]
-
-
-def _tf() -> Any:
-    from .runtime import import_tensorflow
-
-    return import_tensorflow()
 
 
 def describe_error(error: BaseException, limit: int = 160) -> str:

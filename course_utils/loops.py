@@ -36,14 +36,10 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .runtime import import_tensorflow as _tf
+
 #: The loops, in the order tables show them.
 LOOPS: tuple[str, ...] = ("naive_ctl", "ctl", "fit")
-
-
-def _tf() -> Any:
-    from .runtime import import_tensorflow
-
-    return import_tensorflow()
 
 
 def _nothing() -> None:

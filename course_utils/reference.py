@@ -30,6 +30,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from .models import tutorial_train_step  # noqa: F401 - the right step, compared with here (notebook 04)
+from .runtime import import_tensorflow as _tf
 
 #: Replicas of the checking strategy, examples in the check batch, and the step's settings.
 CHECK_REPLICAS = 2
@@ -41,12 +42,6 @@ CHECK_LEARNING_RATE = 0.1
 
 #: ``make_train_step(model, optimizer, accuracy, global_batch_size) -> train_step(inputs)``.
 TrainStepFactory = Callable[[Any, Any, Any, int], Callable[[Any], Any]]
-
-
-def _tf() -> Any:
-    from .runtime import import_tensorflow
-
-    return import_tensorflow()
 
 
 # --------------------------------------------------------------------------- what is compared

@@ -14,13 +14,7 @@ from . import hardware
 from .config import STRATEGY_KINDS, parse_kind, parse_replicas, settings
 from .devices import physical_devices, use_virtual_cpus
 from .errors import ConfigError, NoTPUError, ReplicaCountError
-
-
-def _tf() -> Any:
-    from .runtime import import_tensorflow
-
-    return import_tensorflow()
-
+from .runtime import import_tensorflow as _tf
 
 # --------------------------------------------------------------------------- the builders
 # Every strategy object the course makes is constructed in this section, once each.

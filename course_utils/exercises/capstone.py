@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import capstone
 from ..checks import exercise, expect, passed
+from ..runtime import import_tensorflow as _tf
 
 #: The script's settings: an L2 penalty, shirts weighted 3x, clipping by the global norm.
 L2 = 1e-3
@@ -21,12 +22,6 @@ CLIP_NORM = 1.0
 LEARNING_RATE = 0.1
 CHECK_BATCH = 32  # global batch of the checks: 8 examples per replica on 4
 CHECK_STEPS = 2
-
-
-def _tf() -> Any:
-    from ..runtime import import_tensorflow
-
-    return import_tensorflow()
 
 
 def make_model(seed: int = 0) -> Any:

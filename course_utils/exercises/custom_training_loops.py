@@ -29,6 +29,7 @@ import numpy as np
 from .. import reference as ref
 from ..checks import exercise, expect, expect_close, passed
 from ..errors import ExerciseError, ReplicaCountError
+from ..runtime import import_tensorflow as _tf
 
 #: Penalties passed as ``model_losses`` in the padded_loss check (their sum is 0.5).
 PENALTIES = (0.3, 0.2)
@@ -39,12 +40,6 @@ REAL_ONE_SIDED = 6
 ADAM_LEARNING_RATE = 0.001
 #: Examples of the evaluation check (padded to 48 = 3 batches of 16; the last: 8 real + 8 padding).
 EVAL_EXAMPLES = 40
-
-
-def _tf() -> Any:
-    from ..runtime import import_tensorflow
-
-    return import_tensorflow()
 
 
 #: The one 2-replica strategy of this process that the checks use (see :func:`checking_strategy`).
