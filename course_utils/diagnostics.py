@@ -22,9 +22,8 @@ Taught in notebook 05 (loss-scaling pitfalls); the exercise checks of that noteb
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -82,21 +81,6 @@ class UpdateFactor:
         if self.loss_factor is not None:
             text += f"; reported loss {self.loss_factor:.2f}x the single-device loss"
         return text
-
-
-@contextlib.contextmanager
-def native_stderr_silenced() -> Iterator[None]:
-    """Silence TensorFlow's C++ messages (written straight to file descriptor 2) in the block.
-
-    Some are printed once per process, on some machines only: for example the first float16
-    computation on a CPU without AVX-512 prints "oneDNN supports DT_HALF only on platforms with
-    AVX-512". Running that first computation in this block keeps a notebook's output the same on
-    every machine. Python exceptions are not affected.
-    """
-    from .runtime import quiet_native_logs
-
-    with quiet_native_logs():
-        yield
 
 
 def _numpy(value: Any) -> np.ndarray:

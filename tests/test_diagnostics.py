@@ -12,7 +12,6 @@ from course_utils.diagnostics import (
     UpdateFactor,
     compare_updates,
     cpu_replicas,
-    native_stderr_silenced,
     update_factor,
 )
 from course_utils.errors import CourseError
@@ -156,8 +155,10 @@ def test_cpu_replicas_says_what_to_do() -> None:
         cpu_replicas(3)
 
 
-def test_native_stderr_silenced(capfd) -> None:
-    with native_stderr_silenced():
+def test_quiet_native_logs(capfd) -> None:
+    from course_utils import quiet_native_logs
+
+    with quiet_native_logs():
         os.write(2, b"native noise\n")
     os.write(2, b"visible\n")
     assert capfd.readouterr().err == "visible\n"
