@@ -17,7 +17,7 @@ from course_utils.support import Outcome, Row
 
 def test_probes_train_on_two_replicas(two_replicas):
     assert support.attempt(support.fit_probe, two_replicas) == Outcome("works", "2 steps, finite loss")
-    assert support.attempt(support.custom_loop_probe, two_replicas).ok
+    assert support.attempt(support.custom_loop_probe, two_replicas, build_optimizer=True).ok
 
 
 def test_custom_loop_probe_is_right_on_one_replica():

@@ -1,85 +1,36 @@
-"""A local cluster of real TensorFlow processes, for notebooks 07 and 08.
-
-Multi-worker training runs one process per task; each process learns its place in the cluster
-from the ``TF_CONFIG`` environment variable. :class:`LocalCluster` does on one machine what a
-cluster manager does on many:
-
-* it picks free ports (never fixed ones) and writes each task's ``TF_CONFIG``;
-* it starts one real Python process per task, running a worker module shipped with the course
-  (``python -m course_utils.workers.NAME``) or any module or script you give it;
-* it waits until every task's gRPC server has started, by watching the task's log for
-  TensorFlow's ``Started server with target`` line (never by sleeping), with a time limit;
-* it shows what the tasks print, prefixed by the task (``[worker 0] ...``), without TensorFlow's
-  start-up noise, timestamps, ports or process ids;
-* it always cleans up: after a normal end, on an exception, on a keyboard interrupt and when the
-  interpreter exits, it stops the whole process group of every task. Starting a cluster again
-  from a re-run cell first stops the one it replaces, so ports never clash and nothing is left.
-
-A task that dies stops the others (with ``MultiWorkerMirroredStrategy`` they would wait forever
-for it) and raises :class:`WorkerFailed`, whose message names the task, says how it ended and
-quotes its last lines.
-
-Usage::
-
-    from course_utils.cluster import run_cluster
-    result = run_cluster("course_utils.workers.multi_worker", ["--epochs", "3"], workers=2)
-    result["worker 1"].lines      # what worker 1 printed
-    result["worker 0"].data       # what it reported with course_utils.workers.common.report()
-
-or, to act on the cluster while it runs (stop a worker in the middle of training)::
-
-    with LocalCluster("course_utils.workers.multi_worker", args, workers=2) as cluster:
-        cluster.wait_for_line("worker 1", "holding still")
-        cluster.kill("worker 1")
-        cluster.wait()            # raises WorkerFailed naming worker 1
-"""
+"""The launcher: :class:`LocalCluster` starts real task processes, waits until they are
+ready, shows their logs and stops them; :func:`run_cluster` and :func:`run_module`."""
 
 from __future__ import annotations
 
-import atexit
 import collections
 import json
 import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
-from .errors import ConfigError, CourseError
-from .processes import alive, processes_marked
-
-#: The order of task types in a cluster and in printed summaries.
-TASK_TYPES = ("chief", "worker", "ps", "evaluator")
-#: TensorFlow's log line when a task's gRPC server is up (the launcher's readiness signal).
-SERVER_STARTED = re.compile(r"Started server with target: grpc://")
-#: A line a worker may print on stdout to say it is ready without starting a server.
-READY_MARKER = "@@ready"
-#: Prefix of the machine-readable lines printed by :func:`course_utils.workers.common.report`.
-RESULT_MARKER = "@@result "
-#: What a failed gRPC bind looks like: the launcher then retries with new ports.
-_PORT_CLASH = re.compile(r"address already in use|Failed to add port|Could not start gRPC server", re.I)
-#: TensorFlow/absl log lines and Python warnings that are noise in a notebook.
-_NOISE = re.compile(
-    r"^(?:[IWEF]\d{4} [\d:. ]+\d+ [\w.]+:\d+\]|WARNING: All log messages before absl|"
-    r"WARNING:tensorflow:|WARNING:absl:|\S+\.py:\d+: \w*Warning:)"
+from ..errors import ConfigError, CourseError
+from .cleanup import _RUNNING, _RUNNING_LOCK, _STARTED, _group_alive, _signal_group, _stop_previous
+from .logs import (
+    _NOISE,
+    _PORT_CLASH,
+    READY_MARKER,
+    RESULT_MARKER,
+    SERVER_STARTED,
+    ClusterResult,
+    TaskLog,
+    _read_lines,
+    summarize_error,
 )
-_EXCEPTION_LINE = re.compile(
-    r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$"
-)
-
-# Every task process ever started from this interpreter (for leftover_processes()).
-_STARTED: list[int] = []
-# Every cluster that is running, so that atexit and a re-run cell can stop it.
-_RUNNING: "weakref.WeakSet[LocalCluster]" = weakref.WeakSet()
-_RUNNING_LOCK = threading.RLock()
+from .spec import chief_of, cluster_spec, make_tf_config, pick_ports, tasks_of
 
 
 class ClusterError(CourseError):
@@ -101,189 +52,6 @@ class WorkerFailed(CourseError):
         self.result = result
 
 
-# --------------------------------------------------------------------------- TF_CONFIG
-
-
-def pick_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports, chosen by ``portpicker`` (never fixed numbers)."""
-    try:
-        import portpicker
-    except ImportError:  # pragma: no cover - portpicker is pinned; a bare socket is the fallback
-        portpicker = None
-    ports: list[int] = []
-    while len(ports) < count:
-        if portpicker is not None:
-            port = portpicker.pick_unused_port()
-        else:  # pragma: no cover
-            with socket.socket() as s:
-                s.bind(("localhost", 0))
-                port = s.getsockname()[1]
-        if port not in ports:
-            ports.append(port)
-    return ports
-
-
-def cluster_spec(
-    workers: int = 2,
-    ps: int = 0,
-    chief: int = 0,
-    evaluator: int = 0,
-    *,
-    host: str = "localhost",
-    ports: Optional[Sequence[int]] = None,
-) -> dict[str, list[str]]:
-    """A cluster description ``{"worker": ["localhost:PORT", ...], ...}`` on free ports.
-
-    Jobs with no task are left out. ``ports`` (one per task, in the order chief, worker, ps,
-    evaluator) are picked with :func:`pick_ports` unless given.
-    """
-    counts = {"chief": chief, "worker": workers, "ps": ps, "evaluator": evaluator}
-    for kind, n in counts.items():
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ConfigError(f"{kind}={n!r}: give a whole number of tasks >= 0.")
-    if counts["chief"] > 1 or counts["evaluator"] > 1:
-        raise ConfigError("A cluster has at most one chief and one evaluator.")
-    total = sum(counts.values())
-    if total == 0:
-        raise ConfigError("A cluster needs at least one task (workers=1 or more).")
-    ports = list(ports) if ports is not None else pick_ports(total)
-    if len(ports) != total:
-        raise ConfigError(f"Give one port per task: {total} tasks, {len(ports)} ports.")
-    spec: dict[str, list[str]] = {}
-    it = iter(ports)
-    for kind in TASK_TYPES:
-        if counts[kind]:
-            spec[kind] = [f"{host}:{next(it)}" for _ in range(counts[kind])]
-    return spec
-
-
-def make_tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, task_index: int) -> dict[str, Any]:
-    """The ``TF_CONFIG`` of one task: the whole cluster, and which task this process is."""
-    if task_type not in cluster:
-        raise ConfigError(f"There is no {task_type!r} job in this cluster (jobs: {', '.join(cluster)}).")
-    if not 0 <= task_index < len(cluster[task_type]):
-        raise ConfigError(
-            f"The {task_type!r} job has {len(cluster[task_type])} task(s): index {task_index} does not exist."
-        )
-    return {
-        "cluster": {kind: list(addresses) for kind, addresses in cluster.items()},
-        "task": {"type": task_type, "index": int(task_index)},
-    }
-
-
-def chief_of(cluster: Mapping[str, Sequence[str]]) -> str:
-    """The task that acts as chief: the ``chief`` task if there is one, else ``worker 0``."""
-    if cluster.get("chief"):
-        return "chief 0"
-    if cluster.get("worker"):
-        return "worker 0"
-    return f"{next(iter(cluster))} 0"
-
-
-def tasks_of(cluster: Mapping[str, Sequence[str]]) -> list[tuple[str, int]]:
-    """Every ``(task_type, index)`` of a cluster, chief first."""
-    order = {kind: i for i, kind in enumerate(TASK_TYPES)}
-    kinds = sorted(cluster, key=lambda k: order.get(k, len(order)))
-    return [(kind, i) for kind in kinds for i in range(len(cluster[kind]))]
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass
-class TaskLog:
-    """What one task printed and how it ended."""
-
-    task: str
-    returncode: Optional[int] = None
-    lines: list[str] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
-    stderr_tail: list[str] = field(default_factory=list)
-    stopped_by_launcher: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-    def how_it_ended(self) -> str:
-        """``exit code 0``, ``exit code 1 (ValueError: ...)``, ``killed by signal SIGKILL``..."""
-        code = self.returncode
-        if code is None:
-            return "still running"
-        if self.stopped_by_launcher:
-            return "stopped by the launcher"
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = str(-code)
-            return f"killed by signal {name}"
-        if code == 0:
-            return "exit code 0"
-        error = summarize_error(self.stderr_tail)
-        return f"exit code {code}" + (f" ({error})" if error else "")
-
-
-@dataclass
-class ClusterResult:
-    """The logs of every task of a finished cluster, in cluster order."""
-
-    tasks: dict[str, TaskLog]
-    cluster: dict[str, list[str]]
-
-    def __getitem__(self, task: str) -> TaskLog:
-        return self.tasks[task]
-
-    def __iter__(self):
-        return iter(self.tasks.values())
-
-    @property
-    def ok(self) -> bool:
-        return all(t.ok for t in self.tasks.values())
-
-    def lines(self, task: str) -> list[str]:
-        return self.tasks[task].lines
-
-    def show(self, tasks: Optional[Iterable[str]] = None) -> None:
-        """Print the logs, one task after the other (a deterministic order)."""
-        for name in tasks or self.tasks:
-            for line in self.tasks[name].lines:
-                print(f"[{name}] {line}")
-
-
-def summarize_error(lines: Sequence[str], limit: int = 240) -> str:
-    """The Python exception at the end of a log, on one line: ``ValueError: ...``.
-
-    Multi-line messages are joined; the contents of distributed values (``PerReplica:{...}``)
-    and memory addresses are left out so that the line is the same from run to run.
-    """
-    lines = [line.rstrip() for line in lines if line.strip()]
-    start = None
-    for i in range(len(lines) - 1, -1, -1):
-        if _EXCEPTION_LINE.match(lines[i]) and not lines[i].startswith(" "):
-            start = i
-            break
-    if start is None:
-        return ""
-    text = " ".join(part.strip() for part in lines[start:])
-    return shorten_error(text, limit)
-
-
-def shorten_error(text: str, limit: int = 240) -> str:
-    """One stable line from an exception message (see :func:`summarize_error`)."""
-    text = re.sub(r"\s+", " ", text).strip()
-    text = re.sub(r"(PerReplica|Mirrored|SyncOnRead|DistributedValues):\{.*?\}\)", r"\1:{...})", text)
-    text = re.sub(r"<class '[\w.]*\.(\w+)'>", r"\1", text)
-    text = re.sub(r" at 0x[0-9a-fA-F]+", "", text)
-    text = re.sub(r"^(?:[A-Za-z_]\w*\.)+([A-Z]\w*(?:Error|Exception))", r"\1", text)
-    if len(text) > limit:
-        text = text[: limit - 3].rstrip() + "..."
-    return text
-
-
-# --------------------------------------------------------------------------- the launcher
-
-
 @dataclass
 class _Task:
     name: str
@@ -298,7 +66,7 @@ class _Task:
 
 
 def _package_root() -> str:
-    return str(Path(__file__).resolve().parents[1])
+    return str(Path(__file__).resolve().parents[2])
 
 
 class LocalCluster:
@@ -793,33 +561,6 @@ class _PortClash(Exception):
     pass
 
 
-def _read_lines(pipe: Any, name: str, stream_name: str, events: "queue.Queue") -> None:
-    try:
-        for line in iter(pipe.readline, ""):
-            events.put((name, stream_name, line))
-    except (ValueError, OSError):  # the pipe was closed by stop()
-        pass
-    finally:
-        events.put((name, stream_name, None))
-
-
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _group_alive(process: subprocess.Popen) -> bool:
-    if process.poll() is None:
-        return True
-    try:
-        os.killpg(process.pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
 def _last_lines_text(tasks: Mapping[str, _Task], names: Sequence[str]) -> str:
     parts = []
     for name in names:
@@ -830,44 +571,6 @@ def _last_lines_text(tasks: Mapping[str, _Task], names: Sequence[str]) -> str:
         if error:
             parts.append(f"{name} reported: {error}")
     return "\n".join(parts) if parts else "Nothing was printed."
-
-
-def _stop_previous(name: str) -> None:
-    with _RUNNING_LOCK:
-        previous = [c for c in _RUNNING if c.name == name and c._running]
-    for cluster in previous:
-        cluster.stop(quiet=True)
-        if cluster.announce:
-            print(f"[cluster] stopped the earlier cluster running {name} (a re-run cell)")
-
-
-def leftover_processes() -> list[int]:
-    """Process ids of everything the launchers of this interpreter started that still runs.
-
-    That is every task process and anything those tasks started in turn (found by the
-    ``COURSE_CLUSTER_PARENT`` variable they all inherit). After a cluster ends it must be ``[]``.
-    """
-    found = {pid for pid in _STARTED if alive(pid)}
-    found.update(processes_marked("COURSE_CLUSTER_PARENT", str(os.getpid())))
-    return sorted(found)
-
-
-def running_clusters() -> list[LocalCluster]:
-    """The clusters started from this interpreter that are still running."""
-    with _RUNNING_LOCK:
-        return [c for c in _RUNNING if c._running]
-
-
-def stop_all() -> None:
-    """Stop every cluster started from this interpreter (also registered with ``atexit``)."""
-    for cluster in running_clusters():
-        try:
-            cluster.stop(quiet=True)
-        except Exception:
-            pass
-
-
-atexit.register(stop_all)
 
 
 def run_cluster(target: str, args: Sequence[Any] = (), **options: Any) -> ClusterResult:
@@ -895,18 +598,3 @@ def run_module(target: str, args: Sequence[Any] = (), **options: Any) -> TaskLog
     with cluster:
         result = cluster.wait()
     return result["worker 0"]
-
-
-def port_is_free(port: int) -> bool:
-    """True when nothing listens on ``port`` and it can be bound again (used by the tests)."""
-    try:
-        import portpicker
-
-        return bool(portpicker.is_port_free(port))
-    except ImportError:  # pragma: no cover
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-                return True
-            except OSError:
-                return False
