@@ -2,6 +2,8 @@
 #   make lab      set up (first time) and open JupyterLab on notebooks/
 #   make test     set up (first time) and run every test: authoring check, lint, unit, nbval x2
 #   make grade SUBMISSIONS="path ..." OUT=grades
+#   make slides   reveal.js decks of every master (with outputs) in build/slides/
+#   make demo NB=03   run notebook 03's demo path (cells tagged `demo`) in a fresh kernel, timed
 # NB=03 limits outputs and nbval to the notebooks whose names start with 03.
 
 PYTHON_SYSTEM ?= $(shell command -v python3.11 || command -v python3)
@@ -14,7 +16,7 @@ NBVAL := $(PY) -m pytest --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg 
          --nbval-cell-timeout=600 --durations=0 -p no:cacheprovider \
          $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),solutions)
 
-.PHONY: setup lab test lint unit nbval nbval-default nbval-mirrored notebooks check outputs grade bench clean
+.PHONY: setup lab test lint unit nbval nbval-default nbval-mirrored notebooks check outputs grade bench slides demo clean
 
 setup: $(STAMP)
 
@@ -57,6 +59,13 @@ test: check lint unit nbval
 
 grade: setup
 	$(PY) -m course_utils.grade $(SUBMISSIONS) --out $(or $(OUT),grades)
+
+slides: setup
+	$(PY) -m course_utils.presenting slides $(NB)
+
+demo: setup
+	@test -n "$(NB)" || (echo "Name the notebook: make demo NB=03"; exit 2)
+	$(TEST_ENV) $(PY) -m course_utils.presenting demo $(NB)
 
 bench: setup
 	$(PY) -m course_utils.bench

@@ -1,0 +1,333 @@
+"""Presenting the course: slide metadata, reveal.js decks and each notebook's demo path.
+
+Usage::
+
+    python -m course_utils.presenting slides [NN ...]   # build/slides/NN_name.slides.html (make slides)
+    python -m course_utils.presenting demo NN           # run NN's demo path in a fresh kernel (make demo NB=NN)
+
+**Slides.** Every cell of a master carries ``metadata.slideshow.slide_type``, which JupyterLab's
+RISE extension (``jupyterlab-rise``) and ``nbconvert --to slides`` read. ``authoring build``
+writes it from the headings (:func:`slide_types`), in the masters and the student copies, and
+``authoring check`` reports a master whose slide metadata is stale, so it never drifts:
+
+* the title cell and every ``## `` heading open a **slide** (reveal.js: a column);
+* a ``### `` heading, and every other markdown cell, open a **subslide** (one idea per cell:
+  one screen each), except the cell right after a heading cell, which joins its heading;
+* code cells stay on the subslide of the markdown that introduces them (``-``);
+* the badges cell is skipped.
+
+**Decks.** :func:`build_slides` exports each master, with its stored outputs, through nbconvert's
+``SlidesExporter`` and the course's template (``course_utils/templates/course_reveal``), which
+loads reveal.js from ``build/slides/reveal.js/``: a copy of the reveal.js that the
+``sphinx-revealjs`` package ships (pinned in requirements.txt). A deck then needs no network,
+except MathJax, which only the decks with formulas (notebook 01) load from its CDN: without a
+network their formulas show as TeX source.
+
+**Demo path.** Each master tags 5 to 8 code cells ``demo``: with the set-up cell, they run on
+their own, in order, in a fresh kernel, in under a minute with ``COURSE_FAST=1``
+(:func:`run_demo`). ``authoring check`` enforces the count (:func:`demo_problems`);
+docs/instructors.md lists each path and its time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as _dt
+import importlib.util
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+#: The cell tag that marks a notebook's demo path.
+DEMO_TAG = "demo"
+#: How many tagged code cells a demo path holds (the set-up cell comes on top).
+DEMO_CELLS = (5, 8)
+#: What a demo path runs under: the fast mode, and the built-in data.
+DEMO_ENV = {"COURSE_FAST": "1", "COURSE_OFFLINE": "1"}
+#: The slide types that start a screen of their own (what reveal.js counts as slides).
+SCREENS = ("slide", "subslide")
+#: Where ``make slides`` writes the decks.
+SLIDES_DIR = Path("build") / "slides"
+#: reveal.js from a CDN, used only when no local copy is installed.
+REVEAL_CDN = "https://unpkg.com/reveal.js@5.2.0"
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+TEMPLATE = "course_reveal"
+
+
+def _role(cell: Any) -> str:
+    return str(cell.get("metadata", {}).get("course", {}).get("role", ""))
+
+
+def _heading_level(cell: Any) -> int:
+    """1 for ``# ``, 2 for ``## ``... when the markdown cell starts with a heading, else 0."""
+    if cell.get("cell_type") != "markdown":
+        return 0
+    first = cell.get("source", "").lstrip().split("\n", 1)[0]
+    hashes = len(first) - len(first.lstrip("#"))
+    return hashes if hashes and first[hashes : hashes + 1] == " " else 0
+
+
+def _only_heading(cell: Any) -> bool:
+    return _heading_level(cell) > 0 and "\n" not in cell.get("source", "").strip()
+
+
+# --------------------------------------------------------------------------- slide metadata
+
+
+def slide_types(nb: Any) -> list[str]:
+    """The ``slide_type`` of every cell, derived from the headings (see the module doc)."""
+    types: list[str] = []
+    previous: Optional[Any] = None
+    for index, cell in enumerate(nb.cells):
+        level = _heading_level(cell)
+        if _role(cell) == "badges":
+            kind = "skip"
+        elif index == 0 or level in (1, 2):
+            kind = "slide"
+        elif level >= 3:
+            kind = "subslide"
+        elif cell.get("cell_type") == "markdown":
+            kind = "-" if previous is not None and _only_heading(previous) else "subslide"
+        else:
+            kind = "-"
+        types.append(kind)
+        if kind != "skip":
+            previous = cell
+    return types
+
+
+def with_slides(nb: Any) -> Any:
+    """A copy of ``nb`` whose cells carry ``metadata.slideshow.slide_type`` from :func:`slide_types`."""
+    nb = copy.deepcopy(nb)
+    for cell, kind in zip(nb.cells, slide_types(nb)):
+        slideshow = dict(cell.metadata.get("slideshow", {}))
+        slideshow["slide_type"] = kind
+        cell.metadata["slideshow"] = slideshow
+    return nb
+
+
+def screen_count(nb: Any) -> int:
+    """How many slides reveal.js shows for ``nb``: its ``slide`` and ``subslide`` cells."""
+    return sum(kind in SCREENS for kind in slide_types(nb))
+
+
+# --------------------------------------------------------------------------- demo path
+
+
+def demo_cells(nb: Any) -> list[int]:
+    """The cells a demo runs, in order: the set-up cell, then every cell tagged ``demo``."""
+    return [
+        i
+        for i, cell in enumerate(nb.cells)
+        if cell.get("cell_type") == "code"
+        and (_role(cell) == "setup" or DEMO_TAG in cell.get("metadata", {}).get("tags", []))
+    ]
+
+
+def demo_problems(nb: Any) -> list[str]:
+    """What is wrong with a master's demo path (empty when it is fine)."""
+    problems = []
+    tagged = [i for i, c in enumerate(nb.cells) if DEMO_TAG in c.get("metadata", {}).get("tags", [])]
+    low, high = DEMO_CELLS
+    if not low <= len(tagged) <= high:
+        problems.append(
+            f"tag {low} to {high} code cells '{DEMO_TAG}' (its demo path; see docs/instructors.md), "
+            f"not {len(tagged)}."
+        )
+    for i in tagged:
+        cell = nb.cells[i]
+        if cell.get("cell_type") != "code":
+            problems.append(f"cell {i} is tagged '{DEMO_TAG}' but is not a code cell.")
+        elif _role(cell) in {"solution", "check", "setup"}:
+            problems.append(
+                f"cell {i}: a demo path holds no {_role(cell)} cell (it must also run in a student copy)."
+            )
+    return problems
+
+
+def demo_notebook(nb: Any) -> Any:
+    """A notebook of the demo cells of ``nb`` only (with their sources, without outputs)."""
+    demo = copy.deepcopy(nb)
+    demo.cells = [copy.deepcopy(nb.cells[i]) for i in demo_cells(nb)]
+    for cell in demo.cells:
+        cell.outputs = []
+        cell.execution_count = None
+    return demo
+
+
+@dataclass
+class DemoRun:
+    """The outcome of :func:`run_demo`: seconds per cell (master index, first line) and in all."""
+
+    notebook: str
+    cells: list[tuple[int, float, str]] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str = ""
+
+    def report(self) -> str:
+        lines = [f"demo path of {self.notebook}: {len(self.cells)} cells (set-up included)"]
+        for index, seconds, first in self.cells:
+            lines.append(f"  cell {index:>3}  {seconds:6.1f} s  {first[:70]}")
+        verdict = f"FAILED: {self.error}" if self.error else "ran without an error"
+        lines.append(f"total {self.seconds:.1f} s in a fresh kernel (kernel start included); {verdict}")
+        return "\n".join(lines)
+
+
+def _stamp(text: str) -> float:
+    return _dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def run_demo(path: Path, env: Optional[dict[str, str]] = None, timeout: int = 600) -> DemoRun:
+    """Execute the demo path of the master ``path`` in a fresh kernel, in a temporary folder (its
+    scratch files go there), with :data:`DEMO_ENV` (and ``env``) set; time every cell."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    from .authoring import environment
+
+    master = nbformat.read(path, as_version=4)
+    indices = demo_cells(master)
+    nb = demo_notebook(master)
+    run = DemoRun(path.stem)
+    with tempfile.TemporaryDirectory() as folder, environment({**DEMO_ENV, **(env or {})}):
+        client = NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            resources={"metadata": {"path": folder}},
+            record_timing=True,
+        )
+        start = time.perf_counter()
+        try:
+            client.execute()
+        except CellExecutionError as error:
+            run.error = str(error).strip().splitlines()[-1][:300]
+        run.seconds = time.perf_counter() - start
+    for index, cell in zip(indices, nb.cells):
+        timing = cell.metadata.get("execution", {})
+        begin, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+        seconds = _stamp(end) - _stamp(begin) if begin and end else float("nan")
+        first = next((line for line in cell.source.splitlines() if line.strip()), "")
+        run.cells.append((index, seconds, first))
+    return run
+
+
+# --------------------------------------------------------------------------- decks
+
+
+def local_reveal() -> Optional[Path]:
+    """The folder of the reveal.js that ``sphinx-revealjs`` ships (``dist/``, ``plugin/``), or None."""
+    spec = importlib.util.find_spec("sphinx_revealjs")  # finds the package without importing Sphinx
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(list(spec.submodule_search_locations)[0]) / "_static" / "revealjs"
+    return folder if (folder / "dist" / "reveal.js").is_file() else None
+
+
+def copy_reveal(out: Path) -> Optional[str]:
+    """Copy the local reveal.js next to the decks (``out/reveal.js``); return the URL prefix the
+    decks use for it, or None when no local copy is installed."""
+    source = local_reveal()
+    if source is None:
+        return None
+    target = out / "reveal.js"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source / "dist", target / "dist")
+    shutil.copytree(source / "plugin" / "notes", target / "plugin" / "notes")
+    return "reveal.js"
+
+
+def exporter(reveal_url_prefix: str) -> Any:
+    """nbconvert's ``SlidesExporter`` (``jupyter nbconvert --to slides``) with the course's template."""
+    from nbconvert import SlidesExporter
+    from traitlets.config import Config
+
+    config = Config()
+    config.SlidesExporter.reveal_url_prefix = reveal_url_prefix
+    config.SlidesExporter.reveal_theme = "white"  # its fonts ship with reveal.js (simple's do not)
+    config.TemplateExporter.extra_template_basedirs = [str(TEMPLATE_DIR)]
+    config.TemplateExporter.template_name = TEMPLATE
+    return SlidesExporter(config=config)
+
+
+def build_slides(root: Path, names: Sequence[str] = (), out: Optional[Path] = None) -> list[Path]:
+    """Write a reveal.js deck (with its outputs) for every master, or those whose names start
+    with one of ``names``, into ``out`` (default ``build/slides``); return the decks' paths."""
+    import nbformat
+
+    out = out or root / SLIDES_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    masters = sorted((root / "solutions").glob("*.ipynb"))
+    if names:
+        masters = [p for p in masters if any(p.name.startswith(n) or p.stem == Path(n).stem for n in names)]
+    prefix = copy_reveal(out)
+    if prefix is None:
+        print(
+            "note: no local reveal.js (pip install -r requirements.txt installs sphinx-revealjs, "
+            f"which ships it): the decks load it from {REVEAL_CDN} and need the network."
+        )
+    export = exporter(prefix or REVEAL_CDN)
+    written = []
+    for path in masters:
+        nb = with_slides(nbformat.read(path, as_version=4))
+        math = any(c.cell_type == "markdown" and re.search(r"\$[^$\n]+\$", c.source) for c in nb.cells)
+        body, _ = export.from_notebook_node(
+            nb, resources={"metadata": {"name": path.stem}, "course_math": math}
+        )
+        target = out / f"{path.stem}.slides.html"
+        target.write_text(body, encoding="utf-8")
+        written.append(target)
+    return written
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from .authoring import AuthoringError, find_root
+
+    parser = argparse.ArgumentParser(
+        prog="python -m course_utils.presenting", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("command", choices=["slides", "demo"])
+    parser.add_argument("notebooks", nargs="*", help="notebook numbers or names (slides: default all)")
+    args = parser.parse_args(argv)
+    try:
+        root = find_root()
+    except AuthoringError as error:
+        print(f"presenting: {error}", file=sys.stderr)
+        return 2
+    if args.command == "slides":
+        decks = build_slides(root, args.notebooks)
+        for deck in decks:
+            print(f"wrote {deck.relative_to(root)}")
+        print(
+            f"{len(decks)} deck(s) in {SLIDES_DIR}/: open one in a browser (arrow keys; S for speaker notes)."
+        )
+        return 0
+    if not args.notebooks:
+        parser.error("demo: name a notebook (demo 03, or make demo NB=03)")
+    failed = 0
+    for name in args.notebooks:
+        matches = sorted(p for p in (root / "solutions").glob("*.ipynb") if p.name.startswith(name))
+        if not matches:
+            print(f"presenting: no master in solutions/ starts with {name!r}", file=sys.stderr)
+            return 2
+        for path in matches:
+            print(f"running the demo path of {path.name} in a fresh kernel ...", flush=True)
+            run = run_demo(path)
+            print(run.report(), flush=True)
+            failed += bool(run.error)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
