@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from .errors import CourseError
 
@@ -47,15 +47,21 @@ def run_python(
     replicas: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
     timeout: float = 300.0,
+    gpus: bool = False,
 ) -> ProcessResult:
     """Run ``code`` in a new Python process and return what it printed.
 
     ``replicas`` sets ``COURSE_REPLICAS`` for that process (call
     ``course_utils.use_virtual_cpus`` or ``get_strategy`` inside ``code`` to use it). ``env``
-    adds or overrides variables. A process still running after ``timeout`` seconds is killed and
+    adds or overrides variables. The process sees no GPU unless ``gpus=True`` (then it sees the
+    GPUs this process sees). A process still running after ``timeout`` seconds is killed and
     :class:`CourseError` is raised.
     """
     full_env = {**os.environ, **QUIET_TF}
+    if gpus:
+        full_env.pop("CUDA_VISIBLE_DEVICES")
+        if "CUDA_VISIBLE_DEVICES" in os.environ:
+            full_env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
     if replicas is not None:
         full_env["COURSE_REPLICAS"] = str(replicas)
     if env:
@@ -129,3 +135,38 @@ def processes_marked(variable: str, value: str) -> list[int]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
             continue
     return sorted(found)
+
+
+# --------------------------------------------------------------------------- a child's result line
+
+#: How a child process hands a result to its parent: one line, this prefix, then JSON. Used by the
+#: cluster's tasks (``workers.common.report``), the benchmark's and the doctor's children.
+RESULT_MARKER = "@@result "
+
+
+def print_result(data: Any) -> None:
+    """Print ``data`` (JSON-serialisable) as a result line for the parent process."""
+    import json
+
+    print(RESULT_MARKER + json.dumps(data), flush=True)
+
+
+def parse_result(line: str) -> Any:
+    """The data of a result line, or ``None`` when ``line`` is not one (or not valid JSON)."""
+    import json
+
+    if not line.startswith(RESULT_MARKER):
+        return None
+    try:
+        return json.loads(line[len(RESULT_MARKER) :])
+    except ValueError:
+        return None
+
+
+def last_result(stdout: str) -> Any:
+    """The data of the last result line in ``stdout``; raises ``ValueError`` when there is none."""
+    for line in reversed(stdout.splitlines()):
+        data = parse_result(line)
+        if data is not None:
+            return data
+    raise ValueError("no result line")

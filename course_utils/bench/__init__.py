@@ -62,7 +62,6 @@ from .flops import (
 from .measure import measure_here, measure_limit, measure_many
 from .report import load_average, main, ratios, report, rows, table
 from .settings import (
-    RESULT_MARKER,
     ROW_KEYS,
     THREAD_CHOICES,
     BenchConfig,
@@ -72,7 +71,7 @@ from .settings import (
 )
 
 __all__ = [
-    "RESULT_MARKER",
+
     "ROW_KEYS",
     "THREAD_CHOICES",
     "BenchConfig",

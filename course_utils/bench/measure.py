@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
@@ -12,8 +11,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from ..errors import CourseError
+from ..processes import last_result, print_result
 from .flops import LayerFlops, MachineLimit, ModelFlops, machine_limit
-from .settings import RESULT_MARKER, BenchConfig, Measurement
+from .settings import BenchConfig, Measurement
 
 
 def measure_here(
@@ -141,7 +141,7 @@ def _child(spec: dict[str, Any]) -> None:
             before_run=turns.before_run if turns else None,
             after_run=turns.after_run if turns else None,
         )
-        print(RESULT_MARKER + json.dumps(asdict(result)), flush=True)
+        print_result(asdict(result))
     finally:
         if turns is not None:
             turns.done()  # never leave the others waiting, even after an error
@@ -152,14 +152,7 @@ def _limit_child(size: int) -> None:
 
     setup(seed=42, show_report=False)
     limit = machine_limit(size)
-    print(RESULT_MARKER + json.dumps(asdict(limit)), flush=True)
-
-
-def _parse_result(stdout: str) -> dict[str, Any]:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(RESULT_MARKER):
-            return json.loads(line[len(RESULT_MARKER) :])
-    raise ValueError("no result line")
+    print_result(asdict(limit))
 
 
 def _run_child(call: str, *, replicas: int, timeout: float, what: str) -> dict[str, Any]:
@@ -171,7 +164,7 @@ def _run_child(call: str, *, replicas: int, timeout: float, what: str) -> dict[s
     env = {"COURSE_OFFLINE": "1", "COURSE_STRATEGY": "default"}
     result = run_python(code, replicas=replicas, env=env, timeout=timeout)
     try:
-        return _parse_result(result.stdout)
+        return last_result(result.stdout)
     except ValueError:
         raise CourseError(
             f"Measuring {what} failed (exit code {result.returncode}): "

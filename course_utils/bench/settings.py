@@ -9,8 +9,6 @@ from typing import Any, Optional, Sequence
 from ..errors import CourseError
 from ..loops import LOOPS
 
-#: Marker of the one line a measuring process prints for its parent.
-RESULT_MARKER = "BENCH_RESULT "
 #: The thread settings besides a number (see :attr:`BenchConfig.threads`).
 THREAD_CHOICES: tuple[str, ...] = ("per-replica", "default")
 #: The keys of a row of ``--json``.

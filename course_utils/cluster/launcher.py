@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from ..errors import ConfigError, CourseError
+from ..processes import parse_result
 from .cleanup import _RUNNING, _RUNNING_LOCK, _STARTED, _group_alive, _signal_group, _stop_previous
 from .logs import (
     _NOISE,
@@ -335,10 +336,9 @@ class LocalCluster:
                 task.ready = True
             return
         if line.startswith(RESULT_MARKER):
-            try:
-                task.log.data.update(json.loads(line[len(RESULT_MARKER) :]))
-            except json.JSONDecodeError:
-                pass
+            data = parse_result(line)
+            if isinstance(data, dict):
+                task.log.data.update(data)
             return
         if line.strip() == READY_MARKER:
             task.ready = True

@@ -8,12 +8,14 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
+from ..processes import RESULT_MARKER as _RESULT_MARKER
+
 #: TensorFlow's log line when a task's gRPC server is up (the launcher's readiness signal).
 SERVER_STARTED = re.compile(r"Started server with target: grpc://")
 #: A line a worker may print on stdout to say it is ready without starting a server.
 READY_MARKER = "@@ready"
 #: Prefix of the machine-readable lines printed by :func:`course_utils.workers.common.report`.
-RESULT_MARKER = "@@result "
+RESULT_MARKER = _RESULT_MARKER
 #: What a failed gRPC bind looks like: the launcher then retries with new ports.
 _PORT_CLASH = re.compile(r"address already in use|Failed to add port|Could not start gRPC server", re.I)
 #: TensorFlow/absl log lines and Python warnings that are noise in a notebook.

@@ -16,7 +16,8 @@ import threading
 import time
 from typing import Any, Optional
 
-from ..cluster import READY_MARKER, RESULT_MARKER
+from ..cluster import READY_MARKER
+from ..processes import print_result
 
 
 def _watch(parent: int, deadline: float) -> None:
@@ -55,7 +56,7 @@ def ready() -> None:
 
 def report(**data: Any) -> None:
     """Hand results to the notebook: ``report(losses=[...])`` -> ``TaskLog.data["losses"]``."""
-    print(RESULT_MARKER + json.dumps(data), flush=True)
+    print_result(data)
 
 
 def task_from_tf_config() -> tuple[Optional[str], Optional[int], dict]:
