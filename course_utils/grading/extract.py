@@ -146,6 +146,10 @@ def build(nb: CourseNotebook, answers: dict[str, Answer]) -> GradedNotebook:
         solution.metadata = {"course": {"role": "solution", "exercise": ex.id}}
         student_cells.add(code_number[ex.solution_cell])
         cells.append(ExerciseCells(ex.id, code_number[ex.solution_cell], code_number[ex.check_cell]))
+    # Nothing after the last check can be the context of a check: the grading run stops there
+    # (summaries, the runtime doctor, demonstrations that only show things).
+    last_check = max((ex.check_cell for ex in nb.exercises), default=len(graded.cells) - 1)
+    graded.cells = graded.cells[: last_check + 1]
     keep = {"kernelspec"}
     graded.metadata = {k: v for k, v in graded.metadata.items() if k in keep}
     return GradedNotebook(
