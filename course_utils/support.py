@@ -176,30 +176,20 @@ def attempt(probe: Callable[..., Sequence[float]], *args: Any, **kwargs: Any) ->
 _PLAIN_CPU = {"COURSE_REPLICAS": "1", "COURSE_STRATEGY": "auto"}
 
 
-def _outcomes_from(stdout: str, keys: Sequence[str]) -> Optional[dict[str, Outcome]]:
-    for line in reversed(stdout.strip().splitlines()):
-        if line.startswith("{"):
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if all(k in data for k in keys):
-                return {k: Outcome(**data[k]) for k in keys}
-    return None
+def _result_of(stdout: str) -> Optional[dict[str, Any]]:
+    """The result line a probe program printed (:func:`course_utils.processes.print_result`)."""
+    from .processes import last_result
+
+    try:
+        data = last_result(stdout)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
-_MULTI_WORKER_SCRIPT = """
-import json
-from course_utils.runtime import import_tensorflow
-tf = import_tensorflow()
-from course_utils import support
-
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-out = {"replicas": strategy.num_replicas_in_sync}
-out["custom_loop"] = support.attempt(support.custom_loop_probe, strategy).__dict__
-out["fit"] = support.attempt(support.fit_probe, strategy).__dict__
-print(json.dumps(out))
-"""
+def _program(*args: object) -> str:
+    """Code for ``run_python`` that runs one program of :mod:`course_utils.workers.support_probes`."""
+    return f"from course_utils.workers.support_probes import main; main({[str(a) for a in args]!r})"
 
 
 def run_multi_worker(workers: int = 2, timeout: float = 240.0) -> dict[str, Any]:
@@ -217,21 +207,22 @@ def run_multi_worker(workers: int = 2, timeout: float = 240.0) -> dict[str, Any]
         {"TF_CONFIG": json.dumps(make_tf_config(spec, "worker", i)), **_PLAIN_CPU} for i in range(workers)
     ]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(run_python, _MULTI_WORKER_SCRIPT, env=env, timeout=timeout) for env in envs]
+        futures = [
+            pool.submit(run_python, _program("multi_worker"), env=env, timeout=timeout) for env in envs
+        ]
         results = [future.result() for future in futures]
     parsed = []
-    for result in results:
-        outcomes = _outcomes_from(result.stdout, ("custom_loop", "fit"))
-        if outcomes is None:
-            why = result.last_error_line() or f"exit code {result.returncode}"
-            outcomes = {k: Outcome("fails", f"worker crashed: {why[:100]}") for k in ("custom_loop", "fit")}
-        parsed.append(outcomes)
     replicas = None
     for result in results:
-        for line in reversed(result.stdout.strip().splitlines()):
-            if line.startswith("{"):
-                replicas = json.loads(line).get("replicas")
-                break
+        data = _result_of(result.stdout)
+        if data is None or not all(k in data for k in ("custom_loop", "fit")):
+            why = result.last_error_line() or f"exit code {result.returncode}"
+            parsed.append(
+                {k: Outcome("fails", f"worker crashed: {why[:100]}") for k in ("custom_loop", "fit")}
+            )
+            continue
+        replicas = data.get("replicas") if replicas is None else replicas
+        parsed.append({k: Outcome(**data[k]) for k in ("custom_loop", "fit")})
     first = parsed[0]
     return {
         "replicas": replicas,
@@ -239,72 +230,6 @@ def run_multi_worker(workers: int = 2, timeout: float = 240.0) -> dict[str, Any]
         "fit": first["fit"],
         "agree": all(p == first for p in parsed),
     }
-
-
-_PARAMETER_SERVER_SCRIPT = """
-import json
-from course_utils.runtime import import_tensorflow
-tf = import_tensorflow()
-import keras
-from course_utils import support
-from course_utils.cluster import cluster_spec
-
-workers, ps = {workers}, 1
-cluster = cluster_spec(workers=workers, ps=ps)
-spec = tf.train.ClusterSpec(cluster)
-config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=workers + 1)
-servers = [tf.distribute.Server(spec, job_name="worker", task_index=i, config=config, protocol="grpc")
-           for i in range(workers)]
-servers += [tf.distribute.Server(spec, job_name="ps", task_index=i, protocol="grpc") for i in range(ps)]
-resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
-strategy = tf.distribute.ParameterServerStrategy(resolver)
-coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-
-out = {{"workers": workers, "ps": ps}}
-with strategy.scope():
-    probe = tf.Variable(0.0)
-out["variable_type"] = type(probe).__name__
-out["variable_device"] = probe.device.replace("/replica:0", "").replace("/device:", "/")
-
-def custom_loop():
-    with strategy.scope():
-        model = support.probe_model()
-        optimizer = keras.optimizers.Adam(0.01)
-        optimizer.build(model.trainable_variables)
-        per_example = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
-
-    def dataset_fn(_):
-        return support.probe_dataset()
-
-    @tf.function
-    def per_worker_dataset_fn():
-        return strategy.distribute_datasets_from_function(dataset_fn)
-
-    per_worker = coordinator.create_per_worker_dataset(per_worker_dataset_fn)
-    iterator = iter(per_worker)
-
-    @tf.function
-    def train_step(iterator):
-        def step_fn(inputs):
-            x, y = inputs
-            with tf.GradientTape() as tape:
-                loss = tf.nn.compute_average_loss(per_example(y, model(x, training=True)),
-                                                  global_batch_size=support.GLOBAL_BATCH)
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
-        per_replica = strategy.run(step_fn, args=(next(iterator),))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-
-    results = [coordinator.schedule(train_step, args=(iterator,)) for _ in range(2 * support.STEPS)]
-    coordinator.join()
-    return [float(r.fetch()) for r in results]
-
-out["custom_loop"] = support.attempt(custom_loop).__dict__
-out["fit"] = support.attempt(support.fit_probe, strategy).__dict__
-out["dataset_creator"] = hasattr(keras.utils, "experimental") and hasattr(keras.utils.experimental, "DatasetCreator")
-print(json.dumps(out), flush=True)
-"""
 
 
 def run_parameter_server(workers: int = 2, timeout: float = 240.0) -> dict[str, Any]:
@@ -318,13 +243,12 @@ def run_parameter_server(workers: int = 2, timeout: float = 240.0) -> dict[str, 
     """
     from .processes import run_python
 
-    result = run_python(_PARAMETER_SERVER_SCRIPT.format(workers=workers), env=_PLAIN_CPU, timeout=timeout)
-    for line in reversed(result.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            data = json.loads(line)
-            for key in ("custom_loop", "fit"):
-                data[key] = Outcome(**data[key])
-            return data
+    result = run_python(_program("parameter_server", workers), env=_PLAIN_CPU, timeout=timeout)
+    data = _result_of(result.stdout)
+    if data is not None and all(k in data for k in ("custom_loop", "fit")):
+        for key in ("custom_loop", "fit"):
+            data[key] = Outcome(**data[key])
+        return data
     why = result.last_error_line() or f"exit code {result.returncode}"
     crashed = Outcome("fails", f"cluster process crashed: {why[:100]}")
     return {"custom_loop": crashed, "fit": crashed}

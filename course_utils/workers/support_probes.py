@@ -1,0 +1,115 @@
+"""The two cluster programs of notebook 02's support matrix (run by :mod:`course_utils.support`).
+
+``python -m course_utils.workers.support_probes multi_worker`` runs in each process of a real
+multi-worker cluster (its ``TF_CONFIG`` set by the launcher); ``... parameter_server N`` starts
+an in-process parameter-server cluster of N workers and one parameter server. Each prints one
+result line (:func:`course_utils.processes.print_result`).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional, Sequence
+
+from ..processes import print_result
+
+
+def multi_worker() -> None:
+    from course_utils.runtime import import_tensorflow
+
+    tf = import_tensorflow()
+    from course_utils import support
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    out = {"replicas": strategy.num_replicas_in_sync}
+    out["custom_loop"] = support.attempt(support.custom_loop_probe, strategy).__dict__
+    out["fit"] = support.attempt(support.fit_probe, strategy).__dict__
+    print_result(out)
+
+
+def parameter_server(workers: int) -> None:
+    from course_utils.runtime import import_tensorflow
+
+    tf = import_tensorflow()
+    import keras
+
+    from course_utils import support
+    from course_utils.cluster import cluster_spec
+
+    ps = 1
+    cluster = cluster_spec(workers=workers, ps=ps)
+    spec = tf.train.ClusterSpec(cluster)
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=workers + 1)
+    servers = [
+        tf.distribute.Server(spec, job_name="worker", task_index=i, config=config, protocol="grpc")
+        for i in range(workers)
+    ]
+    servers += [tf.distribute.Server(spec, job_name="ps", task_index=i, protocol="grpc") for i in range(ps)]
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+
+    out = {"workers": workers, "ps": ps}
+    with strategy.scope():
+        probe = tf.Variable(0.0)
+    out["variable_type"] = type(probe).__name__
+    out["variable_device"] = probe.device.replace("/replica:0", "").replace("/device:", "/")
+
+    def custom_loop():
+        with strategy.scope():
+            model = support.probe_model()
+            optimizer = keras.optimizers.Adam(0.01)
+            optimizer.build(model.trainable_variables)
+            per_example = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+        def dataset_fn(_):
+            return support.probe_dataset()
+
+        @tf.function
+        def per_worker_dataset_fn():
+            return strategy.distribute_datasets_from_function(dataset_fn)
+
+        per_worker = coordinator.create_per_worker_dataset(per_worker_dataset_fn)
+        iterator = iter(per_worker)
+
+        @tf.function
+        def train_step(iterator):
+            def step_fn(inputs):
+                x, y = inputs
+                with tf.GradientTape() as tape:
+                    loss = tf.nn.compute_average_loss(
+                        per_example(y, model(x, training=True)), global_batch_size=support.GLOBAL_BATCH
+                    )
+                grads = tape.gradient(loss, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+                return loss
+
+            per_replica = strategy.run(step_fn, args=(next(iterator),))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+        results = [coordinator.schedule(train_step, args=(iterator,)) for _ in range(2 * support.STEPS)]
+        coordinator.join()
+        return [float(r.fetch()) for r in results]
+
+    out["custom_loop"] = support.attempt(custom_loop).__dict__
+    out["fit"] = support.attempt(support.fit_probe, strategy).__dict__
+    out["dataset_creator"] = hasattr(keras.utils, "experimental") and hasattr(
+        keras.utils.experimental, "DatasetCreator"
+    )
+    print_result(out)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["multi_worker"]:
+        multi_worker()
+    elif args[:1] == ["parameter_server"]:
+        parameter_server(int(args[1]) if len(args) > 1 else 2)
+    else:
+        print("usage: python -m course_utils.workers.support_probes multi_worker | parameter_server N")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
