@@ -14,7 +14,13 @@ Conventions in a master (all in cell metadata under ``"course"``):
 * ``{"role": "solution", "exercise": ID}``: a code cell whose lines between ``### BEGIN SOLUTION``
   and ``### END SOLUTION`` become, in the student version, a placeholder raising
   ``NotImplementedError`` that names the exercise;
-* ``{"role": "check", "exercise": ID}``: the check cell of that exercise, kept as it is.
+* ``{"role": "check", "exercise": ID}``: the check cell of that exercise, kept as it is;
+* ``{"points": P}`` beside ``role: solution``: what the exercise is worth in the grader's reports
+  (default 1; set it only where a notebook truly weighs its exercises differently).
+
+``build`` also mirrors these roles as ``metadata.nbgrader`` on the solution and check cells (see
+:func:`nbgrader_metadata`), in the masters and the student copies, so the course can be graded
+with nbgrader too; the mirror is generated, so it never drifts from ``metadata.course``.
 """
 
 from __future__ import annotations
@@ -94,13 +100,18 @@ def course_config(root: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------- exercises
 
 
+#: What an exercise is worth when its solution cell does not say (``metadata.course.points``).
+DEFAULT_POINTS = 1
+
+
 @dataclass(frozen=True)
 class Exercise:
-    """One exercise of a notebook: its id and the indices of its solution and check cells."""
+    """One exercise of a notebook: its id, the indices of its solution and check cells, its points."""
 
     id: str
     solution_cell: int
     check_cell: Optional[int]
+    points: float = DEFAULT_POINTS
 
 
 def role(cell: Any) -> str:
@@ -111,14 +122,26 @@ def exercise_id(cell: Any) -> str:
     return str(cell.get("metadata", {}).get("course", {}).get("exercise", ""))
 
 
+def points(cell: Any) -> float:
+    """``metadata.course.points`` of a solution cell (default 1): a positive number."""
+    value = cell.get("metadata", {}).get("course", {}).get("points", DEFAULT_POINTS)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise AuthoringError(
+            f"exercise {exercise_id(cell)!r}: points must be a positive number, not {value!r}."
+        )
+    return value
+
+
 def exercises(nb: Any) -> list[Exercise]:
-    """The exercises of a notebook, in order, validated (unique ids, one check each)."""
+    """The exercises of a notebook, in order, validated (unique ids, one check each, points)."""
     found: dict[str, list[Optional[int]]] = {}
     for index, cell in enumerate(nb.cells):
         if role(cell) in {"solution", "check"}:
             ident = exercise_id(cell)
             if not ident:
                 raise AuthoringError(f"cell {index}: a {role(cell)} cell needs an 'exercise' id.")
+            if role(cell) == "check" and "points" in cell.get("metadata", {}).get("course", {}):
+                raise AuthoringError(f"exercise {ident!r}: put its points on the solution cell.")
             slots = found.setdefault(ident, [None, None])
             slot = 0 if role(cell) == "solution" else 1
             if slots[slot] is not None:
@@ -130,7 +153,7 @@ def exercises(nb: Any) -> list[Exercise]:
             raise AuthoringError(f"exercise {ident!r} has a check cell but no solution cell.")
         if check is None or check < solution:
             raise AuthoringError(f"exercise {ident!r} needs a check cell after its solution cell.")
-        result.append(Exercise(ident, solution, check))
+        result.append(Exercise(ident, solution, check, points(nb.cells[solution])))
     return result
 
 
@@ -165,8 +188,38 @@ def blank_solution(source: str, ident: str) -> str:
 # --------------------------------------------------------------------------- generation
 
 
+def nbgrader_metadata(cell: Any, worth: Optional[dict[str, float]] = None) -> Optional[dict[str, Any]]:
+    """The ``metadata.nbgrader`` a cell carries, from its ``metadata.course`` (None: no nbgrader role).
+
+    A solution cell is nbgrader's "autograded answer" cell; a check cell is its "autograder tests"
+    cell (locked, worth the exercise's points: nbgrader gives them when the cell runs without an
+    error, which is what a check that raises ``ExerciseError`` on a wrong answer means).
+    ``worth`` maps exercise ids to points (a check cell's points live on its solution cell).
+    """
+    ident = exercise_id(cell)
+    if role(cell) == "solution":
+        return {"solution": True, "grade": False, "locked": False, "grade_id": ident, "schema_version": 3}
+    if role(cell) == "check":
+        return {
+            "grade": True,
+            "solution": False,
+            "locked": True,
+            "points": (worth or {}).get(ident, DEFAULT_POINTS),
+            "grade_id": f"check_{ident}",
+            "schema_version": 3,
+        }
+    return None
+
+
 def _render_headers(nb: Any, name: str, folder: str, config: dict[str, str]) -> Any:
     nb = copy.deepcopy(nb)
+    worth = {ex.id: ex.points for ex in exercises(nb)}
+    for cell in nb.cells:
+        mirror = nbgrader_metadata(cell, worth)
+        if mirror is None:
+            cell.metadata.pop("nbgrader", None)
+        else:
+            cell.metadata["nbgrader"] = mirror
     # The notebook's identity travels with it, so a grader matches a renamed hand-in.
     identity = {"notebook": name.removesuffix(".ipynb")}
     topic = nb.metadata.get("course", {}).get("topic")
@@ -196,7 +249,7 @@ def student_version(master: Any, name: str, config: dict[str, str]) -> Any:
             cell.execution_count = None
             if role(cell) == "solution":
                 cell.source = blank_solution(cell.source, exercise_id(cell))
-        cell.metadata = {k: v for k, v in cell.metadata.items() if k in {"course", "tags"}}
+        cell.metadata = {k: v for k, v in cell.metadata.items() if k in {"course", "tags", "nbgrader"}}
     keep = {"kernelspec", "language_info", "colab", "accelerator", "course"}
     nb.metadata = {k: v for k, v in nb.metadata.items() if k in keep}
     nb.metadata.pop("language_info", None)

@@ -181,3 +181,61 @@ def test_the_shape_check_names_what_a_new_notebook_lacks(tmp_path: Path) -> None
 def test_the_course_itself_has_the_shape() -> None:
     """Every notebook has its checks and their tests; exercise ids are unique across the course."""
     assert authoring.unit_problems(ROOT) == []
+
+
+NBGRADER_SOLUTION = {
+    "solution": True,
+    "grade": False,
+    "locked": False,
+    "grade_id": "double",
+    "schema_version": 3,
+}
+
+
+def test_nbgrader_mirror_is_generated_from_the_course_metadata() -> None:
+    master = _master()
+    master.cells[3].metadata["course"]["points"] = 2.5
+    master.cells[0].metadata["nbgrader"] = {"solution": True, "grade_id": "stale"}  # not an exercise
+    for nb in (
+        authoring._render_headers(master, "01_x.ipynb", "solutions", CONFIG),
+        authoring.student_version(master, "01_x.ipynb", CONFIG),
+    ):
+        assert nb.cells[3].metadata["nbgrader"] == NBGRADER_SOLUTION
+        assert nb.cells[4].metadata["nbgrader"] == {
+            "grade": True,
+            "solution": False,
+            "locked": True,
+            "points": 2.5,
+            "grade_id": "check_double",
+            "schema_version": 3,
+        }
+        assert [i for i, c in enumerate(nb.cells) if "nbgrader" in c.metadata] == [3, 4]
+    assert authoring.exercises(master)[0].points == 2.5
+
+
+@pytest.mark.parametrize("points", [0, -1, "2", True])
+def test_points_must_be_a_positive_number(points) -> None:
+    nb = _master()
+    nb.cells[3].metadata["course"]["points"] = points
+    with pytest.raises(authoring.AuthoringError, match="points must be a positive number"):
+        authoring.exercises(nb)
+    nb = _master()
+    nb.cells[4].metadata["course"]["points"] = 2
+    with pytest.raises(authoring.AuthoringError, match="on the solution cell"):
+        authoring.exercises(nb)
+
+
+def test_the_course_carries_the_nbgrader_mirror() -> None:
+    """Every exercise and check cell of every master and student notebook has metadata.nbgrader as
+    build generates it, with grade ids unique in each notebook."""
+    for folder in ("solutions", "notebooks"):
+        for path in sorted((ROOT / folder).glob("*.ipynb")):
+            nb = nbformat.read(path, as_version=4)
+            worth = {ex.id: ex.points for ex in authoring.exercises(nb)}
+            ids = set()
+            for cell in nb.cells:
+                expected = authoring.nbgrader_metadata(cell, worth)
+                assert cell.metadata.get("nbgrader") == expected, f"{folder}/{path.name}"
+                if expected:
+                    ids.add(expected["grade_id"])
+            assert len(ids) == 2 * len(worth)  # grade ids unique in the notebook

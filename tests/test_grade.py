@@ -15,13 +15,24 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import nbformat
 import pytest
 
-from course_utils.grading import code, course, extract, runner, sandbox, submissions, verdict
+from course_utils.grading import (
+    code,
+    course,
+    extract,
+    gradescope,
+    runner,
+    sandbox,
+    shards,
+    submissions,
+    verdict,
+)
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import make_class  # noqa: E402
@@ -31,13 +42,24 @@ NB = make_class.NOTEBOOK
 SANDBOX, SANDBOX_WHY = sandbox.available()
 
 
+#: Points of the test course's exercises: the master's defaults, but per_replica_batch weighs 2 here.
+POINTS = {"uneven_mean": 1, "per_replica_batch": 2}
+
+
 def make_course(dest: Path) -> Path:
-    """A course folder holding only notebook 00 (other masters may be half-written right now)."""
+    """A course folder holding only notebook 00 (other masters may be half-written right now), whose
+    second exercise is worth 2 points (``metadata.course.points``), to test weighted totals."""
     (dest / "solutions").mkdir(parents=True)
     (dest / "tests").mkdir()
-    shutil.copy(ROOT / "solutions" / f"{NB}.ipynb", dest / "solutions")
+    master = nbformat.read(ROOT / "solutions" / f"{NB}.ipynb", as_version=4)
+    for cell in master.cells:
+        meta = cell.metadata.get("course", {})
+        if meta.get("role") == "solution" and POINTS.get(meta.get("exercise"), 1) != 1:
+            meta["points"] = POINTS[meta["exercise"]]
+    nbformat.write(master, dest / "solutions" / f"{NB}.ipynb")
     shutil.copy(ROOT / "tests" / "nbval_sanitize.cfg", dest / "tests")
     shutil.copy(ROOT / "pyproject.toml", dest)
+    shutil.copy(ROOT / "requirements.txt", dest)
     return dest
 
 
@@ -323,6 +345,17 @@ def test_usage_errors_exit_2(tmp_path) -> None:
 # --------------------------------------------------------------------------- the made-up class
 
 
+def _grade_command(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+    )
+
+
 @pytest.fixture(scope="module")
 def graded_class(tmp_path_factory):
     """Generate the class, grade it once with the real command, keep what a test may check."""
@@ -342,34 +375,28 @@ def graded_class(tmp_path_factory):
 
     before = digests()
     start = time.monotonic()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "course_utils.grade",
-            *made["submissions"],
-            "--course",
-            str(the_course),
-            "--out",
-            str(base / "out"),
-            "-j",
-            "2",
-            "--cell-timeout",
-            "20",
-            "--workdir",
-            str(base / "work"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        cwd=base,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    command = [
+        sys.executable,
+        "-m",
+        "course_utils.grade",
+        *made["submissions"],
+        "--course",
+        str(the_course),
+        "-j",
+        "2",
+        "--cell-timeout",
+        "20",
+        "--workdir",
+        str(base / "work"),
+    ]
+    done = _grade_command([*command, "--out", str(base / "out")], base)
     seconds = time.monotonic() - start
     print(done.stderr)
     report = json.loads((base / "out" / "report.json").read_text()) if done.returncode == 0 else {}
     return SimpleNamespace(
         base=base,
+        course=the_course,
+        command=command,
         out=base / "out",
         done=done,
         seconds=seconds,
@@ -393,12 +420,31 @@ def test_each_student_graded_as_expected(graded_class, student) -> None:
         pytest.skip(f"no OS sandbox here ({SANDBOX_WHY}): the vandal is left out of the class")
     status, exercises = graded_class.expected[student]
     got = graded_class.results[student]
-    assert set(got) == {"student", "notebook", "status", "exercises", "passed", "total"}
+    assert set(got) == {
+        "student",
+        "notebook",
+        "status",
+        "exercises",
+        "passed",
+        "total",
+        "points",
+        "max_points",
+        "source",
+        "notes",
+        "seconds",
+        "graded",
+    }
     assert got["notebook"] == NB
     assert (got["status"], {e["id"]: e["status"] for e in got["exercises"]}) == (status, exercises), got
-    assert set(got["exercises"][0]) == {"id", "status", "message"}
+    assert set(got["exercises"][0]) == {"id", "status", "message", "points", "max_points"}
     assert got["passed"] == sum(s == "passed" for s in exercises.values())
     assert got["total"] == len(make_class.IDS)
+    # Points: a passed exercise earns its points, anything else 0.
+    assert {e["id"]: (e["points"], e["max_points"]) for e in got["exercises"]} == {
+        ident: (POINTS[ident] if exercises[ident] == "passed" else 0, POINTS[ident]) for ident in exercises
+    }
+    assert got["points"] == sum(POINTS[i] for i, s in exercises.items() if s == "passed")
+    assert got["max_points"] == sum(POINTS.values())
 
 
 def test_hints_say_what_went_wrong(graded_class) -> None:
@@ -449,3 +495,337 @@ def test_a_vandal_cannot_touch_anything_outside_its_run(graded_class) -> None:
     text = "".join(str(cell.get("outputs")) for cell in graded.cells if cell.cell_type == "code")
     assert "notebooks deleted: 1" in text
     assert graded_class.results["vandal"]["passed"] == 2
+
+
+# --------------------------------------------------------------------------- points and totals
+
+
+def test_points_come_from_the_masters_metadata(the_course) -> None:
+    nb00 = the_course.notebooks[NB]
+    assert nb00.points() == POINTS and nb00.max_points() == 3
+    real = course.load_notebook(ROOT / "solutions" / f"{NB}.ipynb")
+    assert set(real.points().values()) == {1}  # the course's own masters keep the default weight
+
+
+def test_csv_gradebook_and_markdown_give_points_and_totals(graded_class) -> None:
+    expected = graded_class.expected
+    earned = {
+        s: sum(POINTS[i] for i, status in exercises.items() if status == "passed")
+        for s, (_, exercises) in expected.items()
+    }
+    with open(graded_class.out / "report.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:  # still one row per student and exercise, now with points
+        status = expected[row["student"]][1][row["exercise"]]
+        assert row["points"] == str(POINTS[row["exercise"]] if status == "passed" else 0)
+        assert row["max_points"] == str(POINTS[row["exercise"]])
+        assert (row["notebook_points"], row["notebook_max_points"]) == (str(earned[row["student"]]), "3")
+    with open(graded_class.out / "gradebook.csv", newline="") as handle:
+        book = list(csv.reader(handle))
+    assert book[0] == ["student", NB, "total"]
+    assert sorted(book[1:]) == sorted([s, str(n), str(n)] for s, n in earned.items())
+    data = json.loads((graded_class.out / "report.json").read_text())
+    assert data["notebooks"] == {NB: {"exercises": POINTS, "max_points": 3}}
+    assert {s["student"]: (s["points"], s["max_points"], s["notebooks"]) for s in data["students"]} == {
+        s: (n, 3, {NB: n}) for s, n in earned.items()
+    }
+    md = (graded_class.out / "report.md").read_text()
+    assert "Points: `uneven_mean` 1, `per_replica_batch` 2; 3 in all." in md
+    assert "| student | status | points | passed | `uneven_mean` | `per_replica_batch` | time |" in md
+    assert "## Totals" in md and "| honest | 3 | 3/3 |" in md and "| pitfall | 2 | 2/3 |" in md
+    feedback = (graded_class.out / "feedback" / "pitfall.md").read_text()
+    assert "1 of 2 exercises passed, 2 of 3 points" in feedback and "`uneven_mean`: failed (0/1)" in feedback
+
+
+def test_report_says_what_the_verdict_does_with_errors_inside_a_check(graded_class) -> None:
+    """docs/grading.md, the report and the verdict agree: the student's code raising while the check
+    calls it is `failed` (the check's ExerciseError), an error of the student's own cell is `error`."""
+    md = (graded_class.out / "report.md").read_text()
+    assert "the student's code raised while the check called it" in md.split("**error**")[0]
+    docs = (ROOT / "docs" / "grading.md").read_text()
+    assert "the status is `failed`" in docs
+    graded = _graded(course.load_course(graded_class.course))
+    (a, _) = graded.exercises
+    run = runner.RunResult(
+        started=True,
+        cells={
+            a.solution: _cell("ok"),
+            a.check: _cell(
+                "error",
+                ename="ExerciseError",
+                evalue="Exercise uneven_mean: your function raised ZeroDivisionError",
+            ),
+        },
+    )
+    assert verdict.exercise_results(graded, run, runner.RunOptions())[1][0]["status"] == "failed"
+
+
+# --------------------------------------------------------------------------- shards and merge
+
+
+def _subs(n: int) -> list[submissions.Submission]:
+    return [
+        submissions.Submission(f"s{i:02d}", Path(f"s{i:02d}.ipynb"), "file", notebook=nb)
+        for i in range(n)
+        for nb in (NB, "01_data_parallelism")
+    ]
+
+
+@pytest.mark.parametrize("count", [1, 3, 4])
+def test_shards_are_disjoint_cover_the_class_and_are_balanced(count) -> None:
+    subs = _subs(5)
+    slices = [shards.select(list(reversed(subs)) if k % 2 else subs, k, count) for k in range(1, count + 1)]
+    keys = [(s.student, s.notebook) for mine, _ in slices for s in mine]
+    assert sorted(keys) == sorted((s.student, s.notebook) for s in subs)  # each exactly once
+    sizes = [len(mine) for mine, _ in slices]
+    assert max(sizes) - min(sizes) <= 1
+    assert {info["class_digest"] for _, info in slices} == {shards.class_digest(subs)}
+    assert all(info["class_size"] == len(subs) for _, info in slices)
+
+
+@pytest.mark.parametrize("text", ["0/3", "4/3", "3", "a/b", "1/0"])
+def test_a_bad_shard_is_refused(text) -> None:
+    with pytest.raises(shards.ShardError):
+        shards.parse(text)
+    assert shards.parse(" 2 / 3 ") == (2, 3)
+
+
+def _without_time(md: str) -> str:
+    """report.md without the run times (the last column of the notebook tables)."""
+    lines = []
+    for line in md.splitlines():
+        if line.startswith("| ") and (
+            line.endswith(" s |") or line.endswith("| time |") or line.endswith("|  |")
+        ):
+            line = line.rsplit("|", 2)[0] + "|"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def test_three_shards_merge_into_the_unsharded_report(graded_class) -> None:
+    """The class graded in three shards (as three array tasks would), merged: the same report as the
+    run of the whole class, run times aside."""
+    base = graded_class.base
+    for k in (1, 2, 3):
+        done = _grade_command(
+            [*graded_class.command, "--shard", f"{k}/3", "--out", str(base / f"shard-{k}")], base
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    sizes = [len(json.loads((base / f"shard-{k}" / "report.json").read_text())["results"]) for k in (1, 2, 3)]
+    assert sum(sizes) == len(graded_class.expected) and min(sizes) >= 1
+    # An incomplete set is refused, naming what is missing.
+    done = _grade_command(
+        [sys.executable, "-m", "course_utils.grade", "merge", "shard-1", "shard-3", "--out", "partial"], base
+    )
+    assert done.returncode == 2 and "shard(s) 2/3 missing" in done.stderr
+    assert not (base / "partial" / "report.json").exists()
+    done = _grade_command(
+        [
+            sys.executable,
+            "-m",
+            "course_utils.grade",
+            "merge",
+            "shard-1",
+            "shard-2",
+            "shard-3",
+            "--out",
+            "merged",
+        ],
+        base,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged, whole = base / "merged", graded_class.out
+
+    def json_of(folder: Path) -> dict:
+        data = json.loads((folder / "report.json").read_text())
+        for result in data["results"]:
+            result.pop("seconds")
+        data["run"].pop("merged_from", None)
+        return data
+
+    assert json_of(merged) == json_of(whole)
+    for name in ("report.csv", "gradebook.csv"):
+        assert (merged / name).read_text() == (whole / name).read_text(), name
+    assert _without_time((merged / "report.md").read_text()) == _without_time(
+        (whole / "report.md").read_text()
+    )
+    for folder in ("feedback", "graded"):
+        files = sorted(p.relative_to(whole) for p in (whole / folder).rglob("*") if p.is_file())
+        assert files and files == sorted(
+            p.relative_to(merged) for p in (merged / folder).rglob("*") if p.is_file()
+        )
+    for path in (whole / "feedback").iterdir():
+        assert (merged / "feedback" / path.name).read_text() == path.read_text()
+
+
+def test_batch_system_files_use_shards_and_merge() -> None:
+    script = ROOT / "docs" / "grading" / "slurm-array.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    assert "#SBATCH --array=1-" in text and '--shard "$K/$N"' in text and "course_utils.grade merge" in text
+    manifest = (ROOT / "docs" / "grading" / "k8s-indexed-job.yaml").read_text()
+    try:
+        import yaml
+    except ImportError:  # no PyYAML: the structure, read as text
+        assert manifest.count("kind: Job") == 2 and "completionMode: Indexed" in manifest
+        assert "JOB_COMPLETION_INDEX + 1" in manifest and "course_utils.grade merge" in manifest
+        return
+    grade, merge = list(yaml.safe_load_all(manifest))
+    assert (grade["apiVersion"], grade["kind"], merge["kind"]) == ("batch/v1", "Job", "Job")
+    spec = grade["spec"]
+    assert spec["completionMode"] == "Indexed" and spec["template"]["spec"]["restartPolicy"] == "Never"
+    for job in (grade, merge):
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert int(env["SHARDS"]) == spec["completions"]  # N is the number of indexes
+        assert subprocess.run(["bash", "-n"], input=container["args"][0], text=True).returncode == 0
+    args = grade["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    assert "JOB_COMPLETION_INDEX + 1" in args and '--shard "$K/$SHARDS"' in args
+    assert "course_utils.grade merge" in merge["spec"]["template"]["spec"]["containers"][0]["args"][0]
+
+
+# --------------------------------------------------------------------------- the Gradescope autograder
+
+
+def validate_results(data: dict) -> None:
+    """results.json against gradescope.RESULTS_SCHEMA: with jsonschema where it is installed, and always
+    by hand (the fields Gradescope reads, their types and values)."""
+    try:
+        import jsonschema
+    except ImportError:
+        pass
+    else:
+        jsonschema.validate(data, gradescope.RESULTS_SCHEMA)
+    number = (int, float)
+    assert isinstance(data, dict)
+    assert isinstance(data["score"], number) and data["score"] >= 0
+    assert isinstance(data["execution_time"], number) and data["execution_time"] >= 0
+    assert isinstance(data["output"], str) and data["output"].strip()
+    assert data.get("visibility", "visible") in gradescope.VISIBILITIES
+    assert isinstance(data["tests"], list) and data["tests"]
+    for test in data["tests"]:
+        assert {"name", "number", "score", "max_score", "status", "output", "visibility"} <= set(test)
+        assert isinstance(test["name"], str) and isinstance(test["number"], str)
+        assert isinstance(test["score"], number) and isinstance(test["max_score"], number)
+        assert 0 <= test["score"] <= max(test["max_score"], 0) or test["max_score"] == 0
+        assert test["status"] in ("passed", "failed") and isinstance(test["output"], str)
+        assert test["visibility"] in gradescope.VISIBILITIES
+    assert data["score"] == sum(t["score"] for t in data["tests"])
+
+
+@pytest.fixture(scope="module")
+def autograder(tmp_path_factory, graded_class):
+    """The zip built by the command, unpacked as Gradescope would, and run on four submissions."""
+    base = tmp_path_factory.mktemp("gradescope")
+    zip_path = base / "autograder.zip"
+    done = _grade_command(
+        [
+            sys.executable,
+            "-m",
+            "course_utils.grade",
+            "gradescope",
+            "00",
+            "--course",
+            str(graded_class.course),
+            "--out",
+            str(zip_path),
+            "--cell-timeout",
+            "30",
+        ],
+        base,
+    )
+    assert done.returncode == 0, done.stderr
+    source = base / "source"
+    with zipfile.ZipFile(zip_path) as archive:
+        archive.extractall(source)
+        modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in archive.infolist()}
+    for script in ("setup.sh", "run_autograder"):
+        os.chmod(source / script, modes[script])
+    master = make_class.read_master(graded_class.course)
+    students = {
+        "honest": make_class.honest(master),
+        "blank": make_class.blank(master, graded_class.course),
+        "wrong": make_class.pitfall(master),
+        "crash": make_class.crash(master),
+    }
+
+    def run(name: str, nb=None, **env: str) -> tuple[dict, subprocess.CompletedProcess]:
+        root = base / name
+        (root / "submission").mkdir(parents=True)
+        (root / "source").symlink_to(source)
+        if nb is not None:
+            nbformat.write(nb, root / "submission" / f"{NB}.ipynb")
+        done = subprocess.run(
+            ["bash", str(source / "run_autograder")],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=root,
+            env={
+                "PATH": os.environ["PATH"],
+                "HOME": str(root),
+                gradescope.ROOT_ENV: str(root),
+                gradescope.PYTHON_ENV: sys.executable,
+                **env,
+            },
+        )
+        return json.loads((root / "results" / "results.json").read_text()), done
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        runs = dict(zip(students, pool.map(lambda item: run(*item), students.items())))
+    runs["empty"] = run("empty")
+    runs["no-python"] = run("no-python", students["honest"], **{gradescope.PYTHON_ENV: "/bin/false"})
+    return SimpleNamespace(base=base, zip=zip_path, source=source, modes=modes, runs=runs)
+
+
+def test_autograder_zip_has_what_gradescope_runs(autograder) -> None:
+    names = set(autograder.modes)
+    assert {"setup.sh", "run_autograder", "config.json", "requirements.txt"} <= names
+    assert autograder.modes["setup.sh"] == 0o755 and autograder.modes["run_autograder"] == 0o755
+    assert f"course/solutions/{NB}.ipynb" in names and "course/tests/nbval_sanitize.cfg" in names
+    assert "course/course_utils/grading/engine.py" in names and "course/course_utils/checks.py" in names
+    assert not any("__pycache__" in n for n in names)
+    assert not any(n.startswith("course/solutions/") and NB not in n for n in names)  # one master only
+    requirements = (autograder.source / "requirements.txt").read_text()
+    assert "tensorflow==" in requirements and "nbval==" in requirements and "playwright" not in requirements
+    for script in ("setup.sh", "run_autograder"):
+        assert subprocess.run(["bash", "-n", str(autograder.source / script)]).returncode == 0
+    config = json.loads((autograder.source / "config.json").read_text())
+    assert config["notebook"] == NB and config["timeout"] < 600  # under Gradescope's default limit
+
+
+@pytest.mark.parametrize(
+    "student, score, statuses, hint",
+    [
+        ("honest", 3, {"uneven_mean": "passed", "per_replica_batch": "passed"}, "MEAN of the replica means"),
+        ("blank", 0, {"uneven_mean": "failed", "per_replica_batch": "failed"}, "not done yet"),
+        ("wrong", 2, {"uneven_mean": "failed", "per_replica_batch": "passed"}, "one device's answer"),
+        ("crash", 0, {"uneven_mean": "failed", "per_replica_batch": "failed"}, "kernel died"),
+    ],
+)
+def test_autograder_results(autograder, graded_class, student, score, statuses, hint) -> None:
+    data, done = autograder.runs[student]
+    validate_results(data)
+    assert data["score"] == score, done.stdout[-3000:]
+    tests = {t["name"]: t for t in data["tests"]}
+    assert {i: t["status"] for i, t in tests.items()} == statuses
+    assert [(t["number"], t["max_score"]) for t in data["tests"]] == [("1", 1), ("2", 2)]
+    assert all(t["visibility"] == "visible" for t in data["tests"]) and data["visibility"] == "visible"
+    assert hint in " ".join(t["output"] for t in data["tests"])
+    # The same engine as the local grader: the same hints for the same answers.
+    local = {"honest": "honest", "blank": "blank", "wrong": "pitfall"}.get(student)
+    if local:
+        messages = {e["id"]: e["message"] for e in graded_class.results[local]["exercises"]}
+        assert {i: t["output"] for i, t in tests.items()} == messages
+    if student == "crash":  # not a silent zero: the reason is there for the student
+        assert "error" in data["output"] and tests["uneven_mean"]["output"].startswith("(error)")
+
+
+@pytest.mark.parametrize("case, reason", [("empty", "no .ipynb file"), ("no-python", "could not run")])
+def test_autograder_that_cannot_grade_says_why(autograder, case, reason) -> None:
+    data, _ = autograder.runs[case]
+    validate_results(data)
+    assert data["score"] == 0 and reason in data["output"] and data["visibility"] == "visible"
+    assert all(t["status"] == "failed" and reason in t["output"] for t in data["tests"])

@@ -9,9 +9,11 @@ temporary folder of its own, inside an OS sandbox where the machine allows one. 
 decide each exercise:
 
 * ``passed``: the check cell ran and printed its ``[pass] ID`` line;
-* ``failed``: the check raised :class:`~course_utils.ExerciseError` (its message is the hint);
-* ``error``: any other exception, in the student's exercise cell or in the check (the student's
-  code raised while the check called it, the cell has a syntax error, the kernel died...);
+* ``failed``: the check raised :class:`~course_utils.ExerciseError` (its message is the hint): the
+  answer is wrong, or the student's code raised while the check called it (the check turns that
+  into an ``ExerciseError`` quoting the real error and the student's line);
+* ``error``: any other exception: the student's exercise cell raised (a syntax error, a
+  ``NameError``...), the check itself could not run, or the kernel died;
 * ``timeout``: the exercise's cells did not finish within the cell timeout, or never ran because
   the notebook ran out of time;
 * ``missing``: no code for the exercise was found in the submission.
@@ -20,8 +22,11 @@ Modules, in the order of the pipeline: :mod:`.course` (the masters), :mod:`.subm
 (finding and reading hand-ins), :mod:`.extract` (student code and the graded notebook),
 :mod:`.runner` (one isolated run; it only runs), :mod:`.protocol` (the records the run's pytest
 plugin, :mod:`.plugin`, sends back), :mod:`.verdict` (decides the statuses), :mod:`.report`
-(writes JSON, CSV, Markdown and feedback files); :mod:`.sandbox` (read-only file system on Linux)
-and :mod:`.cli` (the command, which only orchestrates).
+(writes JSON, CSV, the gradebook, Markdown and feedback files, with each exercise's points);
+:mod:`.engine` (those steps for a list of submissions, shared by the command, its shards and the
+Gradescope autograder); :mod:`.sandbox` (read-only file system on Linux); :mod:`.shards` (``--shard
+K/N`` and ``merge``); :mod:`.gradescope` (the autograder zip and its entry point) and :mod:`.cli`
+(the command, which only orchestrates).
 """
 
 from __future__ import annotations

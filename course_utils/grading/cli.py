@@ -1,5 +1,9 @@
 """``python -m course_utils.grade SUBMISSION... --out DIR``: grade a class.
 
+Two more commands share the entry point: ``python -m course_utils.grade gradescope NOTEBOOK --out
+autograder.zip`` (a Gradescope autograder, :mod:`.gradescope`) and ``python -m course_utils.grade
+merge DIR... --out DIR`` (the shards of a class graded with ``--shard K/N``, :mod:`.shards`).
+
 Exit status: 0 when the class was graded (whatever the students scored); 2 when the command
 line or the course folder is wrong; 3 when the grader itself could not work (no run could even
 start, the sandbox was required and is unavailable, the report could not be written).
@@ -11,14 +15,12 @@ import argparse
 import hashlib
 import os
 import sys
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Optional
 
 from . import course as course_mod
-from . import extract, report, runner, sandbox, submissions, verdict
+from . import engine, report, runner, sandbox, shards, submissions
 
 EXIT_OK, EXIT_USAGE, EXIT_GRADER = 0, 2, 3
 
@@ -32,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m course_utils.grade",
         description="Grade submitted notebooks of the course: run each student's exercise code "
         "inside the canonical notebook with the canonical checks, and write a report.",
+        epilog="Also: `python -m course_utils.grade gradescope NOTEBOOK --out autograder.zip` writes a "
+        "Gradescope autograder; `python -m course_utils.grade merge DIR... --out DIR` combines the "
+        "reports of shards graded with --shard K/N (see docs/grading.md).",
     )
     parser.add_argument(
         "submissions",
@@ -94,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workdir", metavar="DIR", help="where the temporary run folders go (default: the system's)"
     )
+    parser.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="grade only the K-th of N slices of the class (a batch system's array task); "
+        "combine the shards' reports with `python -m course_utils.grade merge`",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run folders and logs (for debugging)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     return parser
@@ -112,6 +123,13 @@ def _display(path: Path) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "merge":
+        return shards.merge_main(argv[1:])
+    if argv and argv[0] == "gradescope":
+        from . import gradescope
+
+        return gradescope.main(argv[1:])
     args = build_parser().parse_args(argv)
     from ..config import ConfigError, parse_kind
 
@@ -123,6 +141,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.jobs < 1 or min(args.cell_timeout, args.course_cell_timeout, args.timeout) <= 0:
         print("grade: -j and the timeouts must be positive.", file=sys.stderr)
         return EXIT_USAGE
+    shard: Optional[tuple[int, int]] = None
+    if args.shard:
+        try:
+            shard = shards.parse(args.shard)
+        except shards.ShardError as error:
+            print(f"grade: {error}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         root = course_mod.find_course_root(args.course)
         course = course_mod.load_course(root)
@@ -148,6 +173,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not subs:
         print("grade: no notebook found in the given submissions.", file=sys.stderr)
         return EXIT_USAGE
+    shard_info = None
+    if shard is not None:
+        subs, shard_info = shards.select(subs, *shard)
+        _say(
+            f"shard {shard[0]}/{shard[1]}: {len(subs)} of the class's {shard_info['class_size']} submission(s)",
+            args.quiet,
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"
@@ -166,13 +198,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             return EXIT_GRADER
     _say(f"sandbox: {'on' if use_sandbox else 'off'} ({why})", args.quiet)
 
-    env = {"COURSE_STRATEGY": strategy}
-    if not args.full:
-        env["COURSE_FAST"] = "1"
-    if not args.online:
-        env["COURSE_OFFLINE"] = "1"
-    if args.replicas is not None:
-        env["COURSE_REPLICAS"] = str(args.replicas)
+    env = engine.run_env(strategy, full=args.full, online=args.online, replicas=args.replicas)
     options = runner.RunOptions(
         cell_timeout=args.cell_timeout,
         course_cell_timeout=args.course_cell_timeout,
@@ -183,107 +209,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         sanitize=course.sanitize,
     )
 
-    # 3. Build every graded notebook (still no student code run).
-    results: list[report.Result] = []
-    jobs: list[tuple[report.Result, extract.GradedNotebook]] = []
-    for sub in subs:
-        nb = course.notebooks.get(sub.notebook)
-        result = report.Result(
-            student=sub.student,
-            notebook=sub.notebook or sub.path.name,
-            status="invalid",
-            exercises=[],
-            passed=0,
-            total=len(nb.exercises) if nb else 0,
-            source=_display(sub.path),
-            notes=list(sub.notes),
-        )
-        results.append(result)
-        if sub.error or nb is None:
-            result.notes.insert(0, sub.error or "no matching course notebook")
-            if nb is not None:
-                result.exercises = [
-                    {
-                        "id": ex.id,
-                        "status": "missing",
-                        "message": f"Not graded: {sub.error or 'the notebook could not be read'}.",
-                    }
-                    for ex in nb.exercises
-                ]
-            continue
-        answers = extract.find_answers(sub, nb)
-        result.notes += [f"answer to {line}" for line in extract.describe(answers, sub)]
-        if not nb.exercises:
-            result.status = "graded"
-            continue
-        jobs.append((result, extract.build(nb, answers)))
-
-    # 4. Run them, in parallel, each in its own folder and process.
-    work_root = Path(tempfile.mkdtemp(prefix="course-grade-", dir=args.workdir)).resolve()
-    os.chmod(work_root, 0o700)
-    run_cells: dict[int, dict[int, dict]] = {}
-    grader_errors = 0
+    # 3. Build the graded notebooks and run them, in parallel, each in its own folder and process.
     started = time.monotonic()
-    _say(
-        f"grading {len(jobs)} notebook(s) of {len({s.student for s in subs})} student(s) "
-        f"with {args.jobs} job(s) ({len(results) - len(jobs)} not runnable)",
-        args.quiet,
-    )
-
-    def grade_one(result: report.Result, graded: extract.GradedNotebook) -> runner.RunResult:
-        outcome = runner.run(graded, result.notebook, work_root, options)
-        if outcome.setup_error and not outcome.cells:  # a kernel that failed to start: once more
-            outcome = runner.run(graded, result.notebook, work_root, options)
-        return outcome
-
-    done = 0
     try:
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = {pool.submit(grade_one, r, g): (r, g) for r, g in jobs}
-            for future in as_completed(futures):
-                result, graded = futures[future]
-                try:
-                    outcome = future.result()
-                    status, exercises, notes = verdict.exercise_results(graded, outcome, options)
-                except Exception as error:  # the grader's own bug: this submission only
-                    outcome = None
-                    status, notes = (
-                        "error",
-                        [f"the grader failed on this submission: {type(error).__name__}: {error}"],
-                    )
-                    exercises = [
-                        {"id": ex.id, "status": "error", "message": f"Not graded: {notes[0]}."}
-                        for ex in graded.exercises
-                    ]
-                result.status, result.exercises = status, exercises
-                result.notes = notes + result.notes
-                result.passed = sum(e["status"] == "passed" for e in exercises)
-                result.graded_notebook = graded.notebook
-                if outcome is not None:
-                    result.seconds = outcome.seconds
-                    run_cells[id(result)] = outcome.cells
-                    if not outcome.started and not outcome.notebook_timed_out:
-                        grader_errors += 1
-                done += 1
-                _say(
-                    f"[{done}/{len(jobs)}] {result.student} · {result.notebook}: {result.status}, "
-                    f"{result.passed}/{result.total} passed"
-                    + (f" ({result.seconds:.0f} s)" if result.seconds is not None else ""),
-                    args.quiet,
-                )
+        graded = engine.grade(
+            subs, course, options, jobs=args.jobs, workdir=args.workdir, say=lambda t: _say(t, args.quiet)
+        )
     except KeyboardInterrupt:
-        runner.stop_all()
         print("grade: interrupted; no report written.", file=sys.stderr)
         return 130
-    finally:
-        if not args.keep:
-            import shutil
+    results = graded.results
 
-            shutil.rmtree(work_root, ignore_errors=True)
-        else:
-            _say(f"run folders kept in {work_root}", args.quiet)
-
-    # 5. Were the submissions left alone?
+    # 4. Were the submissions left alone?
     changed = []
     for sub in subs:
         try:
@@ -293,26 +230,33 @@ def main(argv: Optional[list[str]] = None) -> int:
         if sub.digest and now != sub.digest:
             changed.append(_display(sub.path))
 
-    # 6. The report.
+    # 5. The report.
     results.sort(key=lambda r: (r.notebook, r.student.lower()))
-    counts = {s: sum(r.status == s for r in results) for s in verdict.NOTEBOOK_STATUSES}
     limits = (
         f"timeouts {args.cell_timeout:g} s per exercise or check cell, {args.course_cell_timeout:g} s "
         f"per course cell, {args.timeout:g} s per notebook; sandbox "
         + ("on." if use_sandbox else f"off ({why}).")
     )
-    header = report.header(results, counts, env, limits, course.problems, changed)
+    run = {
+        "env": env,
+        "limits": limits,
+        "skipped": list(course.problems),
+        "changed": changed,
+        "notes": [],
+        "shard": shard_info,
+    }
     if changed:
         print(
             "grade: WARNING: submissions changed on disk during grading: " + ", ".join(changed),
             file=sys.stderr,
         )
-    exercise_ids = {name: nb.exercise_ids() for name, nb in course.notebooks.items()}
+    worth = {name: nb.points() for name, nb in course.notebooks.items()}
     try:
-        report.write_all(results, out, header, exercise_ids, run_cells)
+        report.write_all(results, out, report.header(results, run), worth, graded.run_cells, run)
     except OSError as error:
         print(f"grade: cannot write the report to {args.out}: {error}", file=sys.stderr)
         return EXIT_GRADER
+    counts = report.counts(results)
     total_passed = sum(r.passed for r in results)
     total = sum(r.total for r in results)
     print(
@@ -321,7 +265,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         + f"; {total_passed}/{total} exercises passed. Report: {_display(out / 'report.md')}",
         file=sys.stderr,
     )
-    if jobs and grader_errors == len(jobs):
+    if graded.runs and graded.grader_errors == graded.runs:
         print(
             "grade: no grading run could start: the grader itself is not working here "
             "(see the notes in the report).",

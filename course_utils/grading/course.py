@@ -32,6 +32,8 @@ class CourseExercise:
     check_cell: int
     #: The student version of the solution cell (the placeholder), used when nothing was handed in.
     placeholder: str
+    #: What the exercise is worth (``metadata.course.points`` of the master's solution cell, default 1).
+    points: float = 1
 
 
 @dataclass
@@ -49,6 +51,13 @@ class CourseNotebook:
 
     def exercise_ids(self) -> list[str]:
         return [ex.id for ex in self.exercises]
+
+    def points(self) -> dict[str, float]:
+        """Each exercise's points, in the notebook's order."""
+        return {ex.id: ex.points for ex in self.exercises}
+
+    def max_points(self) -> float:
+        return sum(ex.points for ex in self.exercises)
 
 
 @dataclass
@@ -84,6 +93,7 @@ def load_notebook(path: Path) -> CourseNotebook:
                 solution_cell=ex.solution_cell,
                 check_cell=ex.check_cell if ex.check_cell is not None else -1,
                 placeholder=authoring.blank_solution(source, ex.id),
+                points=ex.points,
             )
         )
     texts = frozenset(code.normalise(code.cell_source(c)) for c in master.cells)
