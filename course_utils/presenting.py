@@ -25,7 +25,7 @@ network their formulas show as TeX source.
 
 **Demo path.** Each master tags 5 to 8 code cells ``demo``: with the set-up cell, they run on
 their own, in order, in a fresh kernel, in under a minute with ``COURSE_FAST=1``
-(:func:`run_demo`). ``authoring check`` enforces the count (:func:`demo_problems`);
+(:func:`run_demo`), from the master (a solution cell may be on the path, a check cell may not). ``authoring check`` enforces the count (:func:`demo_problems`);
 docs/instructors.md lists each path and its time.
 """
 
@@ -102,13 +102,19 @@ def slide_types(nb: Any) -> list[str]:
     return types
 
 
-def with_slides(nb: Any) -> Any:
-    """A copy of ``nb`` whose cells carry ``metadata.slideshow.slide_type`` from :func:`slide_types`."""
-    nb = copy.deepcopy(nb)
+def mark_slides(nb: Any) -> None:
+    """Set ``metadata.slideshow.slide_type`` of every cell of ``nb`` from :func:`slide_types`
+    (what ``authoring build`` does to the masters and the student copies)."""
     for cell, kind in zip(nb.cells, slide_types(nb)):
         slideshow = dict(cell.metadata.get("slideshow", {}))
         slideshow["slide_type"] = kind
         cell.metadata["slideshow"] = slideshow
+
+
+def with_slides(nb: Any) -> Any:
+    """A copy of ``nb`` with its slide metadata set (:func:`mark_slides`)."""
+    nb = copy.deepcopy(nb)
+    mark_slides(nb)
     return nb
 
 
@@ -144,9 +150,9 @@ def demo_problems(nb: Any) -> list[str]:
         cell = nb.cells[i]
         if cell.get("cell_type") != "code":
             problems.append(f"cell {i} is tagged '{DEMO_TAG}' but is not a code cell.")
-        elif _role(cell) in {"solution", "check", "setup"}:
+        elif _role(cell) in {"check", "setup"}:
             problems.append(
-                f"cell {i}: a demo path holds no {_role(cell)} cell (it must also run in a student copy)."
+                f"cell {i}: a demo path holds no {_role(cell)} cell (the set-up cell runs first anyway)."
             )
     return problems
 
@@ -252,6 +258,8 @@ def exporter(reveal_url_prefix: str) -> Any:
 
     config = Config()
     config.SlidesExporter.reveal_url_prefix = reveal_url_prefix
+    config.SlidesExporter.reveal_width = "1200"  # room for 100-column code at the font size of the template
+    config.SlidesExporter.reveal_height = "750"
     config.SlidesExporter.reveal_theme = "white"  # its fonts ship with reveal.js (simple's do not)
     config.TemplateExporter.extra_template_basedirs = [str(TEMPLATE_DIR)]
     config.TemplateExporter.template_name = TEMPLATE
