@@ -400,7 +400,9 @@ def header(results: list[Result], run: dict[str, Any]) -> list[str]:
     lines = [
         f"{len(results)} submission(s) from {len({r.student for r in results})} student(s): "
         + ", ".join(f"{n} {s}" for s, n in found.items() if n)
-        + ".",
+        + "."
+        if results
+        else "No submission in this report.",
     ]
     shard = run.get("shard")
     if shard:
