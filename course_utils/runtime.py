@@ -12,11 +12,8 @@ from typing import Any, Iterator, Optional
 
 from .config import Settings, settings
 from .devices import in_ci, in_colab, physical_devices, use_virtual_cpus
-
-#: The TensorFlow version this course was tested on; older ones get one plain warning.
-TESTED_TENSORFLOW = (2, 21)
-#: The oldest TensorFlow the course supports (Keras 3 became the default in 2.16).
-MINIMUM_TENSORFLOW = (2, 16)
+from .versions import check_versions as check_versions  # noqa: F401 - kept importable from here
+from .versions import judge, legacy_keras
 
 _warned_version = False
 
@@ -65,33 +62,16 @@ def import_tensorflow() -> Any:
     return tf
 
 
-def _version_tuple(text: str) -> tuple[int, int]:
-    parts = (text.split("+")[0].split(".") + ["0", "0"])[:2]
-    try:
-        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
-    except ValueError:
-        return (0, 0)
-
-
-def check_versions(tf_version: str, keras_version: str) -> Optional[str]:
-    """Return a one-line warning when the versions are older than the tested ones, else None."""
-    if not keras_version.startswith("3"):
-        return (
-            f"Keras {keras_version} is not Keras 3: this course teaches Keras 3 (unset "
-            "TF_USE_LEGACY_KERAS, or install TensorFlow 2.16 or newer)."
-        )
-    found = _version_tuple(tf_version)
-    if found < MINIMUM_TENSORFLOW:
-        return (
-            f"TensorFlow {tf_version} is older than 2.16, the oldest this course supports; "
-            "several cells will fail. Install tensorflow>=2.16."
-        )
-    if found < TESTED_TENSORFLOW:
-        return (
-            f"Note: this course was tested on TensorFlow {TESTED_TENSORFLOW[0]}.{TESTED_TENSORFLOW[1]}; "
-            f"you have {tf_version}. Most cells work; where one does not, its error says why."
-        )
-    return None
+def devices_line() -> str:
+    """``"CPU x1 (split into 2 logical), GPU x0, TPU x0"``: the devices TensorFlow found."""
+    tf = import_tensorflow()
+    cpus = tf.config.list_physical_devices("CPU")
+    logical = tf.config.get_logical_device_configuration(cpus[0]) if cpus else None
+    gpus, tpus = physical_devices("GPU"), physical_devices("TPU")
+    return (
+        f"CPU x{len(cpus)} (split into {len(logical) if logical else 1} logical), "
+        f"GPU x{len(gpus)}, TPU x{len(tpus)}"
+    )
 
 
 def report(*, show: bool = True) -> str:
@@ -100,9 +80,6 @@ def report(*, show: bool = True) -> str:
     tf = import_tensorflow()
     import keras
 
-    cpus = tf.config.list_physical_devices("CPU")
-    logical = tf.config.get_logical_device_configuration(cpus[0]) if cpus else None
-    gpus, tpus = physical_devices("GPU"), physical_devices("TPU")
     where = "Google Colab" if in_colab() else "local Jupyter or Python"
     if in_ci():
         where += " (CI)"
@@ -111,18 +88,15 @@ def report(*, show: bool = True) -> str:
         ("Python", platform.python_version()),
         ("TensorFlow", tf.__version__),
         ("Keras", keras.__version__),
-        (
-            "devices",
-            f"CPU x{len(cpus)} (split into {len(logical) if logical else 1} logical), "
-            f"GPU x{len(gpus)}, TPU x{len(tpus)}",
-        ),
+        ("devices", devices_line()),
         ("runtime", where),
         ("settings", "  ".join(f"{k}={v}" for k, v in env.as_dict().items())),
     ]
     width = max(len(k) for k, _ in rows)
     rule = "-" * 72
     text = "\n".join(["runtime report " + rule[15:]] + [f"{k:<{width}}  {v}" for k, v in rows] + [rule])
-    warning = check_versions(tf.__version__, keras.__version__)
+    verdict = judge(tf.__version__, keras.__version__, legacy_keras=legacy_keras())
+    warning = None if verdict.tested else verdict.message
     if show:
         print(text)
         if warning and not _warned_version:
