@@ -21,6 +21,10 @@ Conventions in a master (all in cell metadata under ``"course"``):
 ``build`` also mirrors these roles as ``metadata.nbgrader`` on the solution and check cells (see
 :func:`nbgrader_metadata`), in the masters and the student copies, so the course can be graded
 with nbgrader too; the mirror is generated, so it never drifts from ``metadata.course``.
+
+``build`` also writes every cell's ``metadata.slideshow.slide_type`` from the headings (slides for
+JupyterLab's RISE and ``make slides``; see :mod:`course_utils.presenting`), and ``check`` wants
+each master to tag its demo path: 5 to 8 code cells with the cell tag ``demo``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
+
+from .presenting import demo_problems, mark_slides
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -213,6 +219,7 @@ def nbgrader_metadata(cell: Any, worth: Optional[dict[str, float]] = None) -> Op
 
 def _render_headers(nb: Any, name: str, folder: str, config: dict[str, str]) -> Any:
     nb = copy.deepcopy(nb)
+    mark_slides(nb)  # slide metadata from the headings: it never drifts
     worth = {ex.id: ex.points for ex in exercises(nb)}
     for cell in nb.cells:
         mirror = nbgrader_metadata(cell, worth)
@@ -249,7 +256,9 @@ def student_version(master: Any, name: str, config: dict[str, str]) -> Any:
             cell.execution_count = None
             if role(cell) == "solution":
                 cell.source = blank_solution(cell.source, exercise_id(cell))
-        cell.metadata = {k: v for k, v in cell.metadata.items() if k in {"course", "tags", "nbgrader"}}
+        cell.metadata = {
+            k: v for k, v in cell.metadata.items() if k in {"course", "tags", "nbgrader", "slideshow"}
+        }
     keep = {"kernelspec", "language_info", "colab", "accelerator", "course"}
     nb.metadata = {k: v for k, v in nb.metadata.items() if k in keep}
     nb.metadata.pop("language_info", None)
@@ -347,6 +356,7 @@ def unit_problems(root: Path) -> list[str]:
             problems.append(f"{path.name}: number {number} is taken by {numbers[number]}.")
         numbers[number] = path.name
         nb = nbformat.read(path, as_version=4)
+        problems.extend(f"{path.name}: {problem}" for problem in demo_problems(nb))
         try:
             found = exercises(nb)
         except AuthoringError as error:

@@ -173,9 +173,13 @@ def test_the_shape_check_names_what_a_new_notebook_lacks(tmp_path: Path) -> None
     assert "11_new_topic.ipynb: its exercises need tests/test_checks_new_topic.py." in problems
     assert any(p.startswith("12-Other.ipynb: name it NN_name.ipynb") for p in problems)
     assert "13_again.ipynb: exercise id 'double' is already used in 11_new_topic.ipynb." in problems
+    assert any(p.startswith("11_new_topic.ipynb: tag 5 to 8 code cells 'demo'") for p in problems)
     (course / "course_utils" / "exercises" / "new_topic.py").write_text("")
     (course / "tests" / "test_checks_new_topic.py").write_text("")
-    assert not [p for p in authoring.unit_problems(course) if p.startswith("11_new_topic")]
+    left = [p for p in authoring.unit_problems(course) if p.startswith("11_new_topic")]
+    assert left == [
+        "11_new_topic.ipynb: tag 5 to 8 code cells 'demo' (its demo path; see docs/instructors.md), not 0."
+    ]
 
 
 def test_the_course_itself_has_the_shape() -> None:

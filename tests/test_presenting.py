@@ -1,0 +1,163 @@
+"""Presenting: every master's slide metadata follows its headings and it marks a demo path; a deck
+built by ``make slides`` renders in a real browser; one demo path runs alone, in under a minute.
+
+The browser test builds notebook 07's deck (nbconvert's ``SlidesExporter`` with the course's
+template, outputs included) into a temporary folder with the local reveal.js beside it, opens it
+from disk in headless Chromium (Debian's ``/usr/bin/chromium`` driven by ``playwright``, as in
+tests/test_browser.py) with every network request blocked, and checks that reveal.js started and
+counts as many slides as the notebook has ``slide`` and ``subslide`` cells. It saves screenshots
+of the first slide and of a later one under the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_utils import presenting
+
+ROOT = Path(__file__).resolve().parents[1]
+DECK_OF = "07_multi_worker_training"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+PAGE_LOAD = 120  # seconds (a slow, shared machine)
+
+
+def _masters() -> list[Path]:
+    return sorted((ROOT / "solutions").glob("*.ipynb"))
+
+
+def test_slide_types_follow_the_headings() -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# 99 · Title\n\nOverview."),
+        nbformat.v4.new_markdown_cell("[badges]", metadata={"course": {"role": "badges"}}),
+        nbformat.v4.new_markdown_cell("## 1. Section"),
+        nbformat.v4.new_markdown_cell("What the next cell shows."),
+        nbformat.v4.new_code_cell("print(1)"),
+        nbformat.v4.new_markdown_cell("What to notice."),
+        nbformat.v4.new_markdown_cell("### Exercise `x`\nDo this."),
+        nbformat.v4.new_code_cell("x = 1"),
+    ]
+    assert presenting.slide_types(nb) == ["slide", "skip", "slide", "-", "-", "subslide", "subslide", "-"]
+    assert presenting.screen_count(nb) == 4
+    marked = presenting.with_slides(nb)
+    assert [c.metadata["slideshow"]["slide_type"] for c in marked.cells][:3] == ["slide", "skip", "slide"]
+
+
+@pytest.mark.parametrize("path", _masters(), ids=lambda p: p.stem[:2])
+def test_every_master_and_student_copy_carries_its_slide_metadata(path: Path) -> None:
+    for copy in (path, ROOT / "notebooks" / path.name):
+        nb = nbformat.read(copy, as_version=4)
+        stored = [c.metadata.get("slideshow", {}).get("slide_type") for c in nb.cells]
+        assert stored == presenting.slide_types(nb), f"{copy.relative_to(ROOT)}: run `make notebooks`"
+
+
+@pytest.mark.parametrize("path", _masters(), ids=lambda p: p.stem[:2])
+def test_every_master_marks_a_demo_path(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    assert presenting.demo_problems(nb) == []
+    cells = presenting.demo_cells(nb)
+    assert presenting._role(nb.cells[cells[0]]) == "setup", "the demo path starts with the set-up cell"
+
+
+def _playwright_or_skip():
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"no Chromium at {CHROMIUM}: install Debian's chromium (apt-get install chromium) "
+            "to open a slide deck in a real browser"
+        )
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("the playwright package is not installed (pip install -r requirements.txt)")
+    return sync_playwright
+
+
+def test_a_deck_renders_in_a_real_browser_without_a_network(tmp_path: Path) -> None:
+    sync_playwright = _playwright_or_skip()
+    if presenting.local_reveal() is None:
+        pytest.skip(
+            "no local reveal.js (the sphinx-revealjs package ships it: pip install -r requirements.txt); "
+            "a deck would load reveal.js from the network, which this test does not use"
+        )
+    (deck,) = presenting.build_slides(ROOT, [DECK_OF], out=tmp_path / "slides")
+    expected = presenting.screen_count(nbformat.read(ROOT / "solutions" / f"{DECK_OF}.ipynb", as_version=4))
+    first_png, later_png = tmp_path / "deck-first.png", tmp_path / "deck-later.png"
+    blocked: list[str] = []
+
+    def route(request_route) -> None:
+        url = request_route.request.url
+        if url.startswith(("file:", "data:", "blob:")):
+            request_route.continue_()
+        else:  # the network is not used: a deck must render without it
+            blocked.append(url)
+            request_route.abort()
+
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 800},
+            timeout=PAGE_LOAD * 1000,
+        )
+        page = None
+        try:
+            context.route("**/*", route)
+            page = context.pages[0] if context.pages else context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(deck.as_uri(), timeout=PAGE_LOAD * 1000)
+            page.wait_for_function(
+                "() => window.Reveal && Reveal.isReady()", timeout=PAGE_LOAD * 1000, polling=250
+            )
+            total = page.evaluate("() => Reveal.getTotalSlides()")
+            title = page.evaluate("() => Reveal.getCurrentSlide().innerText")
+            page.screenshot(path=str(first_png))
+            page.evaluate("() => Reveal.slide(3, 0)")
+            page.wait_for_function("() => Reveal.getIndices().h === 3", timeout=30_000)
+            later = page.evaluate("() => Reveal.getCurrentSlide().innerText")
+            page.screenshot(path=str(later_png))
+        except Exception:
+            if page is not None:
+                with contextlib.suppress(Exception):
+                    page.screenshot(path=str(tmp_path / "failure.png"))
+                    print(f"screenshot of the failure: {tmp_path / 'failure.png'}")
+            raise
+        finally:
+            context.close()
+
+    print(f"screenshots: {first_png} {later_png}; requests blocked: {blocked}")
+    assert total == expected, (
+        f"reveal.js shows {total} slides, the notebook has {expected} slide/subslide cells"
+    )
+    assert "multi-worker training" in title.lower(), title[:300]
+    assert later.strip() and later != title
+    assert errors == [], errors
+    assert first_png.stat().st_size > 10_000 and later_png.stat().st_size > 10_000
+    assert blocked == [], f"the deck asked the network for {blocked}"
+
+
+DEMO_OF = "01_data_parallelism"  # the cheapest path; docs/instructors.md times the others
+
+
+def test_the_demo_path_of_one_notebook_runs_alone_in_a_fresh_kernel() -> None:
+    path = ROOT / "solutions" / f"{DEMO_OF}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    run = presenting.run_demo(path)
+    print(run.report())
+    assert run.error == "", run.report()
+    assert [index for index, _, _ in run.cells] == presenting.demo_cells(nb)
+    assert run.seconds < 60, f"the demo path of {DEMO_OF} took {run.seconds:.0f} s, more than a minute"
