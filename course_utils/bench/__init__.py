@@ -71,7 +71,6 @@ from .settings import (
 )
 
 __all__ = [
-
     "ROW_KEYS",
     "THREAD_CHOICES",
     "BenchConfig",
