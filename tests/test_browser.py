@@ -29,40 +29,18 @@ from typing import Iterator
 
 import nbformat
 import pytest
+from browser import PAGE_LOAD, launch, playwright_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "01_data_parallelism.ipynb"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 WIDGET_CALL = "explore_data_parallelism("
 
 # Bounded waits, in seconds (the machine running the tests may be slow and shared).
 SERVER_START = 120
-PAGE_LOAD = 120
 KERNEL_READY = 180
 WIDGET_RENDER = 180
 REDRAW = 120
 SERVER_STOP = 30
-
-
-def _playwright_or_skip():
-    if not CHROMIUM.exists():
-        pytest.skip(
-            f"no Chromium at {CHROMIUM}: install Debian's chromium (apt-get install chromium) "
-            "to run the real-browser test of the notebook 01 widget"
-        )
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("the playwright package is not installed (pip install -r requirements.txt)")
-    return sync_playwright
 
 
 def _get(url: str, timeout: float = 5.0) -> int:
@@ -192,7 +170,7 @@ RUN_CELL = """(index) => {
 
 
 def test_data_parallelism_widget_in_a_real_browser(tmp_path: Path) -> None:
-    sync_playwright = _playwright_or_skip()
+    sync_playwright = playwright_or_skip("the notebook 01 widget")
     assert NOTEBOOK.is_file(), "notebooks/01_data_parallelism.ipynb is missing: run `make notebooks`"
     work = tmp_path / "lab"
     work.mkdir()
@@ -202,14 +180,7 @@ def test_data_parallelism_widget_in_a_real_browser(tmp_path: Path) -> None:
     before_png, after_png = tmp_path / "widget-before.png", tmp_path / "widget-after.png"
 
     with jupyterlab(work, tmp_path / "jupyter") as base_url, sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1500, "height": 1100},
-            timeout=PAGE_LOAD * 1000,
-        )
+        context = launch(playwright, tmp_path / "chromium-profile", 1500, 1100)
         page = None
         try:
             context.set_default_timeout(WIDGET_RENDER * 1000)

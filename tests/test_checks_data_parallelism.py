@@ -5,22 +5,12 @@ next to one device."""
 
 from __future__ import annotations
 
-import pytest
+from checking import fails_with as _fails
 
 from course_utils import simulation as sim
-from course_utils.errors import ExerciseError
 from course_utils.exercises import data_parallelism as ex
 
 RIGHT = ex.reference_solutions()
-
-
-def _fails(check, answer, *fragments: str) -> str:
-    with pytest.raises(ExerciseError) as info:
-        check(answer)
-    message = str(info.value)
-    for fragment in fragments:
-        assert fragment in message, message
-    return message
 
 
 def test_all_checks_pass_on_reference_solutions(capsys) -> None:

@@ -6,8 +6,8 @@ Every wrong answer below is run on 2 replicas (the checks compare 2 replicas wit
 from __future__ import annotations
 
 import pytest
+from checking import blank, fails_with
 
-from course_utils.errors import ExerciseError
 from course_utils.exercises import loss_scaling_pitfalls as ex
 
 GLOBAL_BATCH = 8
@@ -18,19 +18,6 @@ def tf():
     import tensorflow
 
     return tensorflow
-
-
-def blank(*args, **kwargs):
-    raise NotImplementedError("Exercise: replace this line with your code")
-
-
-def fails_with(check, answer, *needles, **kwargs) -> str:
-    with pytest.raises(ExerciseError) as info:
-        check(answer, **kwargs)
-    message = str(info.value)
-    for needle in needles:
-        assert needle in message, message
-    return message
 
 
 # --------------------------------------------------------------------------- predict_clip_factor

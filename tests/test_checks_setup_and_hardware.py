@@ -6,24 +6,9 @@ batch on 2 replicas and on one device, so every wrong prediction below is judged
 
 from __future__ import annotations
 
-import pytest
+from checking import blank, fails_with
 
-from course_utils.errors import ExerciseError
 from course_utils.exercises import setup_and_hardware as ex
-
-
-def blank(*args, **kwargs):
-    raise NotImplementedError("Exercise: replace this line with your code")
-
-
-def fails_with(check, answer, *needles) -> str:
-    with pytest.raises(ExerciseError) as info:
-        check(answer)
-    message = str(info.value)
-    for needle in needles:
-        assert needle in message, message
-    return message
-
 
 # --------------------------------------------------------------------------- uneven_mean
 

@@ -2,24 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
+from checking import blank, fails_with
 
-from course_utils.errors import ExerciseError
 from course_utils.exercises import tpu_and_hardware_detection as ex
-
-
-def blank(*args, **kwargs):
-    raise NotImplementedError("Exercise: replace this line with your code")
-
-
-def fails_with(check, answer, *needles) -> str:
-    with pytest.raises(ExerciseError) as info:
-        check(answer)
-    message = str(info.value)
-    for needle in needles:
-        assert needle in message, message
-    return message
-
 
 # --------------------------------------------------------------------------- choose_hardware
 

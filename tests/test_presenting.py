@@ -16,21 +16,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from browser import PAGE_LOAD, launch, playwright_or_skip
 
 from course_utils import presenting
 
 ROOT = Path(__file__).resolve().parents[1]
 DECK_OF = "07_multi_worker_training"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-PAGE_LOAD = 120  # seconds (a slow, shared machine)
 
 
 def _masters() -> list[Path]:
@@ -71,21 +62,8 @@ def test_every_master_marks_a_demo_path(path: Path) -> None:
     assert presenting._role(nb.cells[cells[0]]) == "setup", "the demo path starts with the set-up cell"
 
 
-def _playwright_or_skip():
-    if not CHROMIUM.exists():
-        pytest.skip(
-            f"no Chromium at {CHROMIUM}: install Debian's chromium (apt-get install chromium) "
-            "to open a slide deck in a real browser"
-        )
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("the playwright package is not installed (pip install -r requirements.txt)")
-    return sync_playwright
-
-
 def test_a_deck_renders_in_a_real_browser_without_a_network(tmp_path: Path) -> None:
-    sync_playwright = _playwright_or_skip()
+    sync_playwright = playwright_or_skip("a slide deck")
     if presenting.local_reveal() is None:
         pytest.skip(
             "no local reveal.js (the sphinx-revealjs package ships it: pip install -r requirements.txt); "
@@ -105,14 +83,7 @@ def test_a_deck_renders_in_a_real_browser_without_a_network(tmp_path: Path) -> N
             request_route.abort()
 
     with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 800},
-            timeout=PAGE_LOAD * 1000,
-        )
+        context = launch(playwright, tmp_path / "chromium-profile", 1280, 800)
         page = None
         try:
             context.route("**/*", route)
