@@ -6,9 +6,6 @@ by notebook 02 under nbval; here we test the probes in this process and the pure
 
 from __future__ import annotations
 
-import json
-
-import pytest
 import tensorflow as tf
 
 from course_utils import support
@@ -79,23 +76,20 @@ def test_render_matrix_numbers_notes_once_per_distinct_problem():
     assert support.as_dict(rows)[1]["issue"] == "org/repo#1"
 
 
-def test_outcomes_are_read_from_the_last_json_line():
-    stdout = (
-        "noise\n"
-        + json.dumps(
-            {"custom_loop": {"status": "works", "note": ""}, "fit": {"status": "fails", "note": "E"}}
-        )
-        + "\n"
-    )
-    assert support._outcomes_from(stdout, ("custom_loop", "fit")) == {
-        "custom_loop": Outcome("works", ""),
-        "fit": Outcome("fails", "E"),
+def test_outcomes_are_read_from_the_last_result_line(capsys):
+    from course_utils.processes import print_result
+
+    print("noise")
+    print_result({"custom_loop": {"status": "works", "note": ""}, "fit": {"status": "fails", "note": "E"}})
+    assert support._result_of(capsys.readouterr().out) == {
+        "custom_loop": {"status": "works", "note": ""},
+        "fit": {"status": "fails", "note": "E"},
     }
-    assert support._outcomes_from("no json here", ("fit",)) is None
+    assert support._result_of("no result here") is None
 
 
-@pytest.mark.parametrize(
-    "script", [support._MULTI_WORKER_SCRIPT, support._PARAMETER_SERVER_SCRIPT.format(workers=2)]
-)
-def test_cluster_scripts_compile(script):
-    compile(script, "<cluster script>", "exec")
+def test_the_probe_programs_refuse_an_unknown_program(capsys):
+    from course_utils.workers import support_probes
+
+    assert support_probes.main(["nothing"]) == 2
+    assert "usage" in capsys.readouterr().out
