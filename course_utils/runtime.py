@@ -74,6 +74,20 @@ def devices_line() -> str:
     )
 
 
+def training_line(env: Settings) -> str:
+    """What the notebooks' own training will run on, in one sentence (without building it)."""
+    if env.strategy != "auto":
+        return f"the strategy COURSE_STRATEGY={env.strategy} names"
+    if physical_devices("GPU") or physical_devices("TPU"):
+        return "the accelerators found (COURSE_STRATEGY=auto)"
+    if env.cpu_replicas > 1:
+        return (
+            f"{env.cpu_replicas} replicas on virtual CPUs, by default: a MirroredStrategy "
+            "(COURSE_REPLICAS=1 for one device)"
+        )
+    return "one device (COURSE_REPLICAS=1)"
+
+
 def report(*, show: bool = True) -> str:
     """A compact table of this runtime: versions, devices, Colab or CI, the COURSE_* settings."""
     global _warned_version
@@ -91,6 +105,7 @@ def report(*, show: bool = True) -> str:
         ("devices", devices_line()),
         ("runtime", where),
         ("settings", "  ".join(f"{k}={v}" for k, v in env.as_dict().items())),
+        ("training", training_line(env)),
     ]
     width = max(len(k) for k, _ in rows)
     rule = "-" * 72

@@ -75,3 +75,16 @@ def test_version_warnings() -> None:
     assert "older than the releases this course is tested on" in check_versions("2.18.1", "3.8.0")
     assert "older than 2.16" in check_versions("2.15.0", "3.0.0")
     assert "not Keras 3" in check_versions("2.21.0", "2.21.0")
+
+
+def test_the_report_says_in_one_line_what_training_runs_on() -> None:
+    from course_utils.config import settings
+    from course_utils.runtime import training_line
+
+    assert training_line(settings({})) == (
+        "2 replicas on virtual CPUs, by default: a MirroredStrategy (COURSE_REPLICAS=1 for one device)"
+    )
+    assert training_line(settings({"COURSE_REPLICAS": "1"})) == "one device (COURSE_REPLICAS=1)"
+    assert training_line(settings({"COURSE_STRATEGY": "default"})) == (
+        "the strategy COURSE_STRATEGY=default names"
+    )
