@@ -1,6 +1,7 @@
 # The commands users type. Everything installs itself into .venv on first use.
 #   make lab      set up (first time) and open JupyterLab on notebooks/
 #   make test     set up (first time) and run every test: authoring check, lint, unit, nbval x2
+#   make test-colab  every notebook on Colab's versions (requirements-colab.txt), in .venv-colab
 #   make grade SUBMISSIONS="path ..." OUT=grades
 #   make slides   reveal.js decks of every master (with outputs) in build/slides/
 #   make demo NB=03   run notebook 03's demo path (cells tagged `demo`) in a fresh kernel, timed
@@ -16,7 +17,7 @@ NBVAL := $(PY) -m pytest --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg 
          --nbval-cell-timeout=600 --durations=0 -p no:cacheprovider \
          $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),solutions)
 
-.PHONY: setup lab test lint unit nbval nbval-default nbval-mirrored notebooks check outputs grade bench slides demo clean
+.PHONY: setup lab test test-colab lint unit nbval nbval-default nbval-mirrored notebooks check outputs grade bench slides demo clean
 
 setup: $(STAMP)
 
@@ -57,6 +58,25 @@ nbval: nbval-default nbval-mirrored
 
 test: check lint unit nbval
 
+# Colab's stack (requirements-colab.txt) in its own environment: every master on 2 replicas,
+# compared with its stored outputs after the same sanitizers, version numbers masked.
+COLAB_VENV := .venv-colab
+COLAB_STAMP := $(COLAB_VENV)/.installed
+
+$(COLAB_STAMP): requirements-colab.txt pyproject.toml
+	@test -x $(COLAB_VENV)/bin/python || $(PYTHON_SYSTEM) -m venv $(COLAB_VENV)
+	$(COLAB_VENV)/bin/python -m pip install -q --upgrade pip
+	$(COLAB_VENV)/bin/python -m pip install -q -r requirements-colab.txt
+	$(COLAB_VENV)/bin/python -m pip install -q --no-deps -e .
+	@touch $(COLAB_STAMP)
+
+test-colab: $(COLAB_STAMP)
+	@mkdir -p .cache
+	cat tests/nbval_sanitize.cfg tests/nbval_sanitize_colab.cfg > .cache/nbval_sanitize_colab.cfg
+	$(TEST_ENV) COURSE_STRATEGY=mirrored COURSE_REPLICAS=2 $(COLAB_VENV)/bin/python -m pytest --nbval \
+	    --nbval-sanitize-with .cache/nbval_sanitize_colab.cfg --nbval-cell-timeout=600 --durations=0 \
+	    -p no:cacheprovider $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),solutions)
+
 grade: setup
 	$(PY) -m course_utils.grade $(SUBMISSIONS) --out $(or $(OUT),grades)
 
@@ -71,4 +91,4 @@ bench: setup
 	$(PY) -m course_utils.bench
 
 clean:
-	rm -rf solutions/scratch notebooks/scratch .cache/keras-test
+	rm -rf solutions/scratch notebooks/scratch .cache/keras-test .cache/nbval_sanitize_colab.cfg
