@@ -79,8 +79,9 @@ def make_metric() -> Any:
     return keras.metrics.SparseCategoricalAccuracy(name="weighted_accuracy")
 
 
-def make_script_step(model: Any, optimizer: Any, metric: Any, global_batch_size: int) -> Callable[[Any], Any]:
-    """The single-device script's step, in the factory form the check runs (the reference)."""
+def _script_step(
+    model: Any, optimizer: Any, metric: Any, global_batch_size: int, *, clip: bool = True
+) -> Callable[[Any], Any]:
     tf = _tf()
     import keras
 
@@ -92,12 +93,18 @@ def make_script_step(model: Any, optimizer: Any, metric: Any, global_batch_size:
             logits = model(images, training=True)
             loss = loss_fn(labels, logits, sample_weight=weights) + tf.add_n(model.losses)
         gradients = tape.gradient(loss, model.trainable_variables)
-        gradients, _ = tf.clip_by_global_norm(gradients, CLIP_NORM)
+        if clip:
+            gradients, _ = tf.clip_by_global_norm(gradients, CLIP_NORM)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         metric.update_state(labels, logits, sample_weight=weights)
         return loss
 
     return train_step
+
+
+def make_script_step(model: Any, optimizer: Any, metric: Any, global_batch_size: int) -> Callable[[Any], Any]:
+    """The single-device script's step, in the factory form the check runs (the reference)."""
+    return _script_step(model, optimizer, metric, global_batch_size)
 
 
 def same_update(
@@ -148,22 +155,7 @@ def _unclipped_script_step(
     model: Any, optimizer: Any, metric: Any, global_batch_size: int
 ) -> Callable[[Any], Any]:
     """The script's step without its clipping: the reference for the loss alone."""
-    tf = _tf()
-    import keras
-
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    def train_step(inputs: Any) -> Any:
-        images, labels, weights = inputs
-        with tf.GradientTape() as tape:
-            logits = model(images, training=True)
-            loss = loss_fn(labels, logits, sample_weight=weights) + tf.add_n(model.losses)
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        metric.update_state(labels, logits, sample_weight=weights)
-        return loss
-
-    return train_step
+    return _script_step(model, optimizer, metric, global_batch_size, clip=False)
 
 
 # --------------------------------------------------------------------------- the checks
