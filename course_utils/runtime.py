@@ -11,7 +11,7 @@ import warnings
 from typing import Any, Iterator, Optional
 
 from .config import Settings, settings
-from .devices import in_ci, in_colab, physical_devices, use_virtual_cpus
+from .devices import cpu_count, in_ci, in_colab, physical_devices, use_virtual_cpus
 from .versions import check_versions as check_versions  # noqa: F401 - kept importable from here
 from .versions import judge, legacy_keras
 
@@ -153,7 +153,9 @@ def setup(*, seed: Optional[int] = 42, show_report: bool = True) -> Settings:
         from .strategies import connect_tpu
 
         connect_tpu()  # no TPU: say so now, in one line, not cells later
-    elif _splits_cpu(env) and not physical_devices("GPU"):
+    elif _splits_cpu(env) and not physical_devices("GPU") and cpu_count() < env.cpu_replicas:
+        # More virtual CPUs than needed (a notebook that split into 4 for its own demos, set-up
+        # re-run) is fine: strategies use the first ones.
         use_virtual_cpus(env.cpu_replicas)
     if seed is not None:
         import keras

@@ -295,3 +295,20 @@ def test_the_courses_strategy_and_a_students_own_do_not_share_collective_keys() 
     assert course.ok and course.stdout.strip() == "no clash", course.last_error_line()
     plain = run_python(code.replace('sys.argv[-1] == "course"', "False"))
     assert not plain.ok and "collective instance" in plain.stderr.lower()
+
+
+def test_setup_re_run_after_a_notebook_split_into_more_cpus() -> None:
+    """Notebook 10 splits into 4 virtual CPUs after set-up; re-running the set-up cell must work."""
+    result = run_python(
+        """
+        import course_utils
+        course_utils.setup(show_report=False)
+        course_utils.use_virtual_cpus(4)
+        import tensorflow as tf
+        tf.constant(1.0)
+        course_utils.setup(show_report=False)
+        print(course_utils.get_strategy(verbose=False).num_replicas_in_sync)
+        """
+    )
+    assert result.ok, result.last_error_line()
+    assert result.stdout.split() == ["2"]
