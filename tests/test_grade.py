@@ -433,6 +433,8 @@ def test_each_student_graded_as_expected(graded_class, student) -> None:
         "notes",
         "seconds",
         "graded",
+        "memory_mb",
+        "kernel_mb",
     }
     assert got["notebook"] == NB
     assert (got["status"], {e["id"]: e["status"] for e in got["exercises"]}) == (status, exercises), got
@@ -457,6 +459,35 @@ def test_hints_say_what_went_wrong(graded_class) -> None:
     assert messages["honest", "uneven_mean"] == (
         "on 2 replicas the MEAN of the replica means is 4.25; one device's mean is 4."
     )
+
+
+@pytest.mark.parametrize("student", sorted(make_class.CHECK_SAID))
+def test_a_student_who_plays_a_trick_on_the_checks_is_flagged(graded_class, student) -> None:
+    """Each trick: the check's own verdict (passed, where the trick fooled it) ends the message of a
+    flagged exercise that earns no points; the report lists it for a person to look at."""
+    got = {e["id"]: e for e in graded_class.results[student]["exercises"]}
+    for ident, said in make_class.CHECK_SAID[student].items():
+        assert got[ident]["status"] == "flagged" and got[ident]["points"] == 0
+        assert got[ident]["message"].startswith("Flagged for review")
+        assert f"The check said: {said}:" in got[ident]["message"], got[ident]["message"]
+    md = (graded_class.out / "report.md").read_text()
+    flagged = md.split("## Flagged for review", 1)[1].split("\n## ", 1)[0]
+    assert f"**{student}**" in flagged and "**honest**" not in flagged
+
+
+def test_what_each_trick_is_flagged_for(graded_class) -> None:
+    messages = {(s, e["id"]): e["message"] for s, r in graded_class.results.items() for e in r["exercises"]}
+    assert "assigns to `_ex.check_uneven_mean`" in messages["forger", "uneven_mean"]
+    assert "imports `course_utils.exercises`" in messages["forger", "uneven_mean"]
+    patched = messages["forger", "per_replica_batch"]
+    assert (
+        "`numpy.allclose`" in patched
+        and "`tf.debugging.assert_near`" in patched
+        and "`_sh.expect`" in patched
+    )
+    assert "reaches `course_utils.exercises`" in messages["borrower", "uneven_mean"]
+    assert "writes '[pass]'" in messages["borrower", "per_replica_batch"]
+    assert "should be 128" in messages["borrower", "per_replica_batch"]  # the check still caught it
 
 
 def test_markdown_csv_and_feedback(graded_class) -> None:
@@ -639,7 +670,8 @@ def test_three_shards_merge_into_the_unsharded_report(graded_class) -> None:
     def json_of(folder: Path) -> dict:
         data = json.loads((folder / "report.json").read_text())
         for result in data["results"]:
-            result.pop("seconds")
+            for measured in ("seconds", "memory_mb", "kernel_mb"):
+                result.pop(measured)
         data["run"].pop("merged_from", None)
         return data
 

@@ -1,8 +1,10 @@
 """``python -m course_utils.grade SUBMISSION... --out DIR``: grade a class.
 
-Two more commands share the entry point: ``python -m course_utils.grade gradescope NOTEBOOK --out
-autograder.zip`` (a Gradescope autograder, :mod:`.gradescope`) and ``python -m course_utils.grade
-merge DIR... --out DIR`` (the shards of a class graded with ``--shard K/N``, :mod:`.shards`).
+Three more commands share the entry point: ``python -m course_utils.grade gradescope NOTEBOOK --out
+autograder.zip`` writes a Gradescope autograder (:mod:`.gradescope`), ``python -m course_utils.grade
+merge DIR... --out DIR`` combines the shards of a class graded with ``--shard K/N``
+(:mod:`.shards`), and ``python -m course_utils.grade throughput`` measures the grader
+(:mod:`.throughput`).
 
 Exit status: 0 when the class was graded (whatever the students scored); 2 when the command
 line or the course folder is wrong; 3 when the grader itself could not work (no run could even
@@ -130,6 +132,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         from . import gradescope
 
         return gradescope.main(argv[1:])
+    if argv and argv[0] == "throughput":
+        from . import throughput
+
+        return throughput.main(argv[1:])
     args = build_parser().parse_args(argv)
     from ..config import ConfigError, parse_kind
 

@@ -150,6 +150,8 @@ def grade(
                 report.score(result, nb.points() if nb else {})
                 if outcome is not None:
                     result.seconds = outcome.seconds
+                    result.memory_mb = round(outcome.run_peak_bytes / 2**20) or None
+                    result.kernel_mb = round(outcome.kernel_peak_bytes / 2**20) or None
                     graded.run_cells[id(result)] = outcome.cells
                     if not outcome.started and not outcome.notebook_timed_out:
                         graded.grader_errors += 1

@@ -22,7 +22,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from . import code
+from . import audit, code
 from .course import CourseNotebook
 from .submissions import Submission
 
@@ -55,6 +55,8 @@ class GradedNotebook:
     student_cells: frozenset[int]
     #: The names each exercise's answer must define.
     names: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: What the audit found in each answer (:mod:`.audit`): a person should look before it counts.
+    findings: dict[str, list[audit.Finding]] = field(default_factory=dict)
 
 
 def _meta(cell: dict[str, Any]) -> dict[str, Any]:
@@ -152,8 +154,14 @@ def build(nb: CourseNotebook, answers: dict[str, Answer]) -> GradedNotebook:
     graded.cells = graded.cells[: last_check + 1]
     keep = {"kernelspec"}
     graded.metadata = {k: v for k, v in graded.metadata.items() if k in keep}
+    modules = audit.module_names(c.source for c in graded.cells if c.cell_type == "code")
+    findings = {
+        ident: found
+        for ident, answer in answers.items()
+        if answer.source is not None and (found := audit.audit(ident, answer.source, modules))
+    }
     return GradedNotebook(
-        graded, cells, answers, frozenset(student_cells), {ex.id: ex.names for ex in nb.exercises}
+        graded, cells, answers, frozenset(student_cells), {ex.id: ex.names for ex in nb.exercises}, findings
     )
 
 

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from .verdict import NOTEBOOK_STATUSES
 
-ICONS = {"passed": "✅", "failed": "❌", "error": "⚠️", "timeout": "⏱️", "missing": "➖"}
+ICONS = {"passed": "✅", "failed": "❌", "error": "⚠️", "timeout": "⏱️", "missing": "➖", "flagged": "🚩"}
 
 
 @dataclass
@@ -44,6 +44,10 @@ class Result:
     max_points: float = 0
     #: Where the graded notebook was written, relative to the report folder ("" when none was).
     graded_path: str = ""
+    #: Peak resident memory of the grading run (pytest, nbval and the kernel) and of the kernel
+    #: alone, in MB, sampled; None when it did not run (or, for the kernel, ran in the sandbox).
+    memory_mb: Optional[float] = None
+    kernel_mb: Optional[float] = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -68,6 +72,8 @@ class Result:
             "notes": list(self.notes),
             "seconds": None if self.seconds is None else round(self.seconds, 1),
             "graded": self.graded_path or None,
+            "memory_mb": self.memory_mb,
+            "kernel_mb": self.kernel_mb,
         }
 
     @classmethod
@@ -86,6 +92,8 @@ class Result:
             points=data.get("points", 0),
             max_points=data.get("max_points", 0),
             graded_path=str(data.get("graded") or ""),
+            memory_mb=data.get("memory_mb"),
+            kernel_mb=data.get("kernel_mb"),
         )
 
 
@@ -271,6 +279,19 @@ def write_markdown(
             cells += ["" if row["notebooks"][n] is None else str(row["notebooks"][n]) for n in columns]
             cells.append(f"{row['points']}/{row['max_points']}")
             lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    flagged = [(r, e) for r in results for e in r.exercises if e["status"] == "flagged"]
+    if flagged:
+        lines += [
+            "## Flagged for review",
+            "",
+            "These answers reach for the course's checks, the grader or Python's back doors (see "
+            "docs/grading.md). They earn no points until a person has looked; the check's own result "
+            "ends each line.",
+            "",
+        ]
+        for r, e in sorted(flagged, key=lambda pair: (pair[0].notebook, pair[0].student.lower())):
+            lines.append(f"- **{_cell(r.student)}**, {r.notebook}, `{e['id']}`: {_cell(e['message'])}")
         lines.append("")
     noted = [r for r in results if r.notes]
     if noted:

@@ -14,7 +14,7 @@ from .runner import RunOptions, RunResult
 #: A notebook's status in the report.
 NOTEBOOK_STATUSES = ("graded", "invalid", "timeout", "error")
 #: An exercise's status in the report (docs/grading.md says what each means).
-EXERCISE_STATUSES = ("passed", "failed", "error", "timeout", "missing")
+EXERCISE_STATUSES = ("passed", "failed", "error", "timeout", "missing", "flagged")
 
 
 def _stdout(record: Optional[dict[str, Any]]) -> str:
@@ -143,6 +143,17 @@ def exercise_results(
                 )
             else:
                 status, message = "passed", line
+        found = graded.findings.get(ex.id)
+        if found and status != "missing":
+            status, message = (
+                "flagged",
+                (
+                    f"Flagged for review (no points until a person has looked): the answer to {ex.id} "
+                    + "; ".join(str(f) for f in found[:6])
+                    + (f"; and {len(found) - 6} more" if len(found) > 6 else "")
+                    + f". The check said: {status}: {message}"
+                ),
+            )
         exercises.append({"id": ex.id, "status": status, "message": message})
     if grader_failed:
         notebook_status = "error"
