@@ -5,6 +5,7 @@ Usage::
     python -m course_utils.authoring build     # write notebooks/ (and refresh the masters' headers)
     python -m course_utils.authoring check     # exit 1 when notebooks/ or a header is stale
     python -m course_utils.authoring outputs   # re-execute solutions/ in place (reference outputs)
+    python -m course_utils.authoring words     # words of markdown per master
 
 Conventions in a master (all in cell metadata under ``"course"``):
 
@@ -39,6 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from .cellmeta import DEFAULT_POINTS, course_meta
+from .cellmeta import exercise_id as exercise_id
+from .cellmeta import points as points
+from .cellmeta import role as role
+from .errors import AuthoringError as AuthoringError
 from .presenting import demo_problems, mark_slides
 
 BEGIN = "### BEGIN SOLUTION"
@@ -71,12 +77,11 @@ MAP_END = "<!-- course-map:end -->"
 #: Reference outputs are what a student sees by default: ``auto`` (2 virtual CPU replicas here).
 OUTPUT_ENV = {"COURSE_STRATEGY": "auto", "COURSE_FAST": "1", "COURSE_OFFLINE": "1"}
 
+#: The most words a markdown cell holds (one idea per cell; a longer one is split or cut).
+MAX_CELL_WORDS = 120
+
 #: A master's file name: two digits, an underscore, a lower-case name (``03_keras_model_fit``).
 NOTEBOOK_NAME = re.compile(r"^(\d\d)_([a-z0-9]+(?:_[a-z0-9]+)*)$")
-
-
-class AuthoringError(Exception):
-    """A master notebook breaks one of the conventions above."""
 
 
 # --------------------------------------------------------------------------- configuration
@@ -106,10 +111,6 @@ def course_config(root: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------- exercises
 
 
-#: What an exercise is worth when its solution cell does not say (``metadata.course.points``).
-DEFAULT_POINTS = 1
-
-
 @dataclass(frozen=True)
 class Exercise:
     """One exercise of a notebook: its id, the indices of its solution and check cells, its points."""
@@ -120,24 +121,6 @@ class Exercise:
     points: float = DEFAULT_POINTS
 
 
-def role(cell: Any) -> str:
-    return str(cell.get("metadata", {}).get("course", {}).get("role", ""))
-
-
-def exercise_id(cell: Any) -> str:
-    return str(cell.get("metadata", {}).get("course", {}).get("exercise", ""))
-
-
-def points(cell: Any) -> float:
-    """``metadata.course.points`` of a solution cell (default 1): a positive number."""
-    value = cell.get("metadata", {}).get("course", {}).get("points", DEFAULT_POINTS)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise AuthoringError(
-            f"exercise {exercise_id(cell)!r}: points must be a positive number, not {value!r}."
-        )
-    return value
-
-
 def exercises(nb: Any) -> list[Exercise]:
     """The exercises of a notebook, in order, validated (unique ids, one check each, points)."""
     found: dict[str, list[Optional[int]]] = {}
@@ -146,7 +129,7 @@ def exercises(nb: Any) -> list[Exercise]:
             ident = exercise_id(cell)
             if not ident:
                 raise AuthoringError(f"cell {index}: a {role(cell)} cell needs an 'exercise' id.")
-            if role(cell) == "check" and "points" in cell.get("metadata", {}).get("course", {}):
+            if role(cell) == "check" and "points" in course_meta(cell):
                 raise AuthoringError(f"exercise {ident!r}: put its points on the solution cell.")
             slots = found.setdefault(ident, [None, None])
             slot = 0 if role(cell) == "solution" else 1
@@ -229,7 +212,7 @@ def _render_headers(nb: Any, name: str, folder: str, config: dict[str, str]) -> 
             cell.metadata["nbgrader"] = mirror
     # The notebook's identity travels with it, so a grader matches a renamed hand-in.
     identity = {"notebook": name.removesuffix(".ipynb")}
-    topic = nb.metadata.get("course", {}).get("topic")
+    topic = course_meta(nb).get("topic")
     if topic:
         identity["topic"] = topic
     nb.metadata["course"] = identity
@@ -310,7 +293,7 @@ def _title_and_time(nb: Any) -> tuple[str, str]:
 
 def topic(nb: Any, name: str) -> str:
     """The notebook's one-line topic for the README map (``metadata.course.topic``)."""
-    text = str(nb.metadata.get("course", {}).get("topic", "")).strip()
+    text = str(course_meta(nb).get("topic", "")).strip()
     if not text:
         raise AuthoringError(f"{name}: add a one-line metadata.course.topic (the README map shows it).")
     return text
@@ -337,6 +320,47 @@ def course_map(root: Path, config: dict[str, str]) -> str:
     return "\n".join(rows)
 
 
+def prose_lines(source: str) -> list[str]:
+    """The lines of a markdown cell outside fenced code blocks and HTML comments."""
+    lines, fenced = [], False
+    for line in re.sub(r"<!--.*?-->", "", source, flags=re.S).splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if not fenced:
+            lines.append(line)
+    return lines
+
+
+def markdown_words(source: str) -> int:
+    """Words of prose in a markdown cell: fenced code, HTML comments, table rules and tags left out."""
+    text = "\n".join(line for line in prose_lines(source) if not re.fullmatch(r"[\s|:\-]*", line))
+    text = re.sub(r"</?[A-Za-z][^>]*>", " ", text)
+    text = re.sub(r"\]\([^)]*\)", "]", text)  # a link counts as its words, not its address
+    return len(re.findall(r"[^\s|#*>`\-]+", text))
+
+
+def cell_problems(nb: Any) -> list[str]:
+    """Markdown cells that break "one idea per cell": more than :data:`MAX_CELL_WORDS` words, or a
+    heading that does not open its own cell."""
+    problems = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown" or role(cell) == "badges":
+            continue
+        words = markdown_words(cell.source)
+        if words > MAX_CELL_WORDS:
+            problems.append(f"cell {i}: {words} words of markdown; split or cut it to {MAX_CELL_WORDS}.")
+        lines = [line for line in prose_lines(cell.source) if line.strip()]
+        if any(line.startswith("#") for line in lines[1:]):
+            problems.append(f"cell {i}: a heading inside the cell; start a new markdown cell at the heading.")
+    return problems
+
+
+def markdown_total(nb: Any) -> int:
+    """Words of markdown in a notebook (as :func:`markdown_words` counts them)."""
+    return sum(markdown_words(c.source) for c in nb.cells if c.cell_type == "markdown")
+
+
 def unit_problems(root: Path) -> list[str]:
     """What breaks "the notebook is the unit": a master ``solutions/NN_name.ipynb`` with exercises
     has its checks in ``course_utils/exercises/name.py`` and their tests in
@@ -357,6 +381,7 @@ def unit_problems(root: Path) -> list[str]:
         numbers[number] = path.name
         nb = nbformat.read(path, as_version=4)
         problems.extend(f"{path.name}: {problem}" for problem in demo_problems(nb))
+        problems.extend(f"{path.name}: {problem}" for problem in cell_problems(nb))
         try:
             found = exercises(nb)
         except AuthoringError as error:
@@ -463,7 +488,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course_utils.authoring", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("command", choices=["build", "check", "outputs"])
+    parser.add_argument("command", choices=["build", "check", "outputs", "words"])
     parser.add_argument("notebooks", nargs="*", help="with outputs: only these masters (names or paths)")
     args = parser.parse_args(argv)
     try:
@@ -488,6 +513,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             if bad or problems:
                 return 1
             print("notebooks/ matches solutions/, and every notebook has its checks and tests.")
+            return 0
+        if args.command == "words":
+            import nbformat
+
+            total = 0
+            for path in sorted((root / "solutions").glob("*.ipynb")):
+                words = markdown_total(nbformat.read(path, as_version=4))
+                total += words
+                print(f"{words:6d}  {path.name}")
+            print(f"{total:6d}  words of markdown in all")
             return 0
         targets = sorted((root / "solutions").glob("*.ipynb"))
         if args.notebooks:

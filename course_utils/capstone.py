@@ -43,7 +43,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from .errors import ConfigError, ExerciseError
+from .errors import ConfigError, ExerciseError, describe_raised
 from .runtime import import_tensorflow as _tf
 
 __all__ = ["Run", "Comparison", "SameUpdate", "same_update", "check_same_update", "checking_strategy"]
@@ -92,12 +92,6 @@ class Run:
 
 def _flat(variables: Sequence[Any]) -> np.ndarray:
     return np.concatenate([np.asarray(v.numpy(), np.float64).ravel() for v in variables])
-
-
-def _one_line(error: BaseException) -> str:
-    from .checks import describe_raised
-
-    return describe_raised(error)
 
 
 @dataclass(frozen=True)
@@ -160,7 +154,7 @@ def _run(
     except NotImplementedError:
         raise
     except Exception as error:  # the student's step failed: a finding, not a crash
-        return Run(replicas, error=_one_line(error))
+        return Run(replicas, error=describe_raised(error))
     return Run(replicas, tuple(losses), after - before, first, value)
 
 

@@ -15,12 +15,11 @@ message is a hint, never a bare traceback::
 from __future__ import annotations
 
 import contextlib
-import traceback
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 import numpy as np
 
-from .errors import ExerciseError
+from .errors import ExerciseError, describe_raised
 
 __all__ = ["ExerciseError", "exercise", "expect", "expect_close", "passed"]
 
@@ -88,41 +87,3 @@ def exercise(exercise_id: str) -> Iterator[None]:
         ) from None
     except Exception as error:  # the student's code raised: say what and where, briefly
         raise ExerciseError(f"Exercise {exercise_id}: your code raised {describe_raised(error)}") from None
-
-
-def _is_notebook_file(filename: str) -> bool:
-    return "<ipython-input" in filename or "/ipykernel_" in filename
-
-
-def describe_raised(error: BaseException) -> str:
-    """``"TypeError: <message> (at `<the student's line>`)"``, one line.
-
-    An error raised inside ``tf.function`` carries TensorFlow's report ("in user code:", the
-    frames, then the real error on its last line): the real error and the notebook's line are
-    quoted from that report, not its first line.
-    """
-    text = str(error).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    name, message, code = type(error).__name__, lines[0] if lines else "", ""
-    if lines and lines[0].startswith("in user code"):
-        last = lines[-1]
-        head, sep, rest = last.partition(": ")
-        if sep and head.replace(".", "").isidentifier():
-            name, message = head.rsplit(".", 1)[-1], rest
-        else:
-            message = last
-        for i, line in enumerate(lines[:-1]):
-            if line.startswith("File ") and _is_notebook_file(line):
-                code = lines[i + 1]
-                break
-    if not code:
-        for frame in reversed(traceback.extract_tb(error.__traceback__)):
-            if _is_notebook_file(frame.filename):
-                code = (frame.line or "").strip()
-                break
-    return f"{name}: {message}" + (f" (at `{code}`)" if code else "")
-
-
-def first_line(message: Optional[str]) -> str:
-    """The first line of a hint (what the grader's table shows)."""
-    return (message or "").strip().splitlines()[0] if (message or "").strip() else ""

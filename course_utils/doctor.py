@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from .errors import last_error_line, shorten_error
+
 OK, NOTE, FAIL = "ok", "note", "FAIL"
 STATUSES = (OK, NOTE, FAIL)
 
@@ -52,6 +54,8 @@ STATUSES = (OK, NOTE, FAIL)
 DEFAULT_TIMEOUT = 150.0
 #: Rows about a known upstream bug are named ``"trap ..."`` and listed last.
 TRAP = "trap "
+#: The most characters of an error a row quotes (on one line, as :func:`shorten_error` gives it).
+ERROR_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -151,14 +155,6 @@ class Findings:
 # --------------------------------------------------------------------------- helpers
 
 
-def one_line(text: str, limit: int = 200) -> str:
-    """``text`` on one line, at most ``limit`` characters (memory addresses and the contents of
-    distributed values left out, as :func:`course_utils.cluster.shorten_error` does)."""
-    from .cluster import shorten_error
-
-    return shorten_error(str(text), limit)
-
-
 def _failure_status(check: Check, name: str) -> str:
     """A known trap's row is never a failure: its probe failing is a note."""
     return NOTE if name.startswith(TRAP) else check.failure
@@ -175,7 +171,7 @@ def run_check(check: Check, timeout: float) -> list[Row]:
     try:
         rows = list(check.run(timeout))
     except Exception as error:  # a check must never take the doctor down: it becomes its rows
-        reason = one_line(f"{type(error).__name__}: {error}".rstrip(": "))
+        reason = shorten_error(f"{type(error).__name__}: {error}".rstrip(": "), ERROR_CHARS)
         return _failed_rows(check, f"the check could not run: {reason}", round(time.monotonic() - start, 1))
     seconds = round(time.monotonic() - start, 1)
     by_name = {r.name: r for r in rows}
@@ -217,8 +213,8 @@ def in_fresh_process(
         found = parse_rows(result.stdout)
         if found is not None:
             return found
-        why = result.last_error_line() or f"exit code {result.returncode}"
-        return [Row(name, failure, f"its process failed: {one_line(why)}") for name in rows]
+        why = last_error_line(result.stderr) or f"exit code {result.returncode}"
+        return [Row(name, failure, f"its process failed: {shorten_error(why, ERROR_CHARS)}") for name in rows]
 
     return run
 
@@ -444,9 +440,9 @@ def cluster_rows(
             result = cluster.wait()
             fit_line = next((line for line in result["worker 0"].lines if line.startswith("fit: ")), "")
     except WorkerFailed as error:
-        problem = f"{error.task} failed: {one_line(error.reason)}"
+        problem = f"{error.task} failed: {shorten_error(error.reason, ERROR_CHARS)}"
     except ClusterError as error:
-        problem = one_line(str(error).splitlines()[0])
+        problem = shorten_error(str(error).splitlines()[0], ERROR_CHARS)
     ports = list(cluster.ports)
     limit = time.monotonic() + 5.0
     while True:  # a port is free once the killed server's socket is closed: give it a moment

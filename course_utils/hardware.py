@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from .errors import NoTPUError
+from .errors import describe_error as describe_error  # notebook 06 imports it from here
 from .runtime import import_tensorflow as _tf
 
 #: What the chain can choose, in the order it tries.
@@ -35,23 +36,6 @@ KINDS: tuple[str, ...] = ("tpu", "multi_gpu", "one_gpu", "cpu")
 
 FindTPU = Callable[[], Any]
 ListDevices = Callable[[str], Sequence[Any]]
-
-
-def describe_error(error: BaseException, limit: int = 160) -> str:
-    """``"NotFoundError: TPUs not found in the cluster..."``: type and a stable first line.
-
-    TensorFlow's messages go on with node attributes whose order changes from run to run; the
-    text is cut before them (at ``" used by "`` or a newline) and at ``limit`` characters.
-    """
-    text = str(error).strip()
-    line = text.splitlines()[0] if text else ""
-    for cut in (" used by ", " with these attrs"):
-        if cut in line:
-            line = line.split(cut)[0]
-    if len(line) > limit:
-        line = line[: limit - 3].rstrip() + "..."
-    name = type(error).__name__
-    return f"{name}: {line}" if line else name
 
 
 def find_local_tpu(tpu: str = "local") -> Any:

@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from .cellmeta import role
+
 #: The cell tag that marks a notebook's demo path.
 DEMO_TAG = "demo"
 #: How many tagged code cells a demo path holds (the set-up cell comes on top).
@@ -58,10 +60,6 @@ SLIDES_DIR = Path("build") / "slides"
 REVEAL_CDN = "https://unpkg.com/reveal.js@5.2.0"
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "course_reveal"
-
-
-def _role(cell: Any) -> str:
-    return str(cell.get("metadata", {}).get("course", {}).get("role", ""))
 
 
 def _heading_level(cell: Any) -> int:
@@ -86,7 +84,7 @@ def slide_types(nb: Any) -> list[str]:
     previous: Optional[Any] = None
     for index, cell in enumerate(nb.cells):
         level = _heading_level(cell)
-        if _role(cell) == "badges":
+        if role(cell) == "badges":
             kind = "skip"
         elif index == 0 or level in (1, 2):
             kind = "slide"
@@ -132,7 +130,7 @@ def demo_cells(nb: Any) -> list[int]:
         i
         for i, cell in enumerate(nb.cells)
         if cell.get("cell_type") == "code"
-        and (_role(cell) == "setup" or DEMO_TAG in cell.get("metadata", {}).get("tags", []))
+        and (role(cell) == "setup" or DEMO_TAG in cell.get("metadata", {}).get("tags", []))
     ]
 
 
@@ -150,9 +148,9 @@ def demo_problems(nb: Any) -> list[str]:
         cell = nb.cells[i]
         if cell.get("cell_type") != "code":
             problems.append(f"cell {i} is tagged '{DEMO_TAG}' but is not a code cell.")
-        elif _role(cell) in {"check", "setup"}:
+        elif role(cell) in {"check", "setup"}:
             problems.append(
-                f"cell {i}: a demo path holds no {_role(cell)} cell (the set-up cell runs first anyway)."
+                f"cell {i}: a demo path holds no {role(cell)} cell (the set-up cell runs first anyway)."
             )
     return problems
 
@@ -300,7 +298,8 @@ def build_slides(root: Path, names: Sequence[str] = (), out: Optional[Path] = No
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from .authoring import AuthoringError, find_root
+    from .authoring import find_root
+    from .errors import AuthoringError
 
     parser = argparse.ArgumentParser(
         prog="python -m course_utils.presenting", description=__doc__.split("\n")[0]

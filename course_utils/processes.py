@@ -23,7 +23,8 @@ QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore", "CUDA_VISIB
 
 @dataclass(frozen=True)
 class ProcessResult:
-    """What a fresh process printed and how it ended."""
+    """What a fresh process printed and how it ended (the error it died of, in one line:
+    :func:`course_utils.errors.last_error_line` of its ``stderr``)."""
 
     returncode: int
     stdout: str
@@ -32,13 +33,6 @@ class ProcessResult:
     @property
     def ok(self) -> bool:
         return self.returncode == 0
-
-    def last_error_line(self) -> str:
-        """The last line of stderr that names an exception (``...Error: ...``), or ''."""
-        for line in reversed(self.stderr.strip().splitlines()):
-            if "Error" in line or "Exception" in line:
-                return line.strip()
-        return ""
 
 
 def run_python(
@@ -139,15 +133,30 @@ def processes_marked(variable: str, value: str) -> list[int]:
 
 class PeakMemory:
     """The peak resident memory of a process and everything it started, sampled in a thread
-    (``with PeakMemory(pid) as peak: ...``; then ``peak.bytes``). Sampling every ``interval``
-    seconds misses a spike shorter than that; the number is a floor, good to 10 MB or so."""
+    (``with PeakMemory(pid) as peak: ...``; then ``peak.bytes``). With ``part``, also the peak of
+    the sub-tree rooted at the first descendant whose command line contains ``part``
+    (``peak.part_bytes``; the notebook's kernel, say). Sampling every ``interval`` seconds misses a
+    spike shorter than that; pages shared between processes count once per process."""
 
-    def __init__(self, pid: int, interval: float = 0.2) -> None:
+    def __init__(self, pid: int, part: str = "", interval: float = 0.2) -> None:
         import threading
 
-        self.pid, self.interval, self.bytes = pid, interval, 0
+        self.pid, self.part, self.interval = pid, part, interval
+        self.bytes = self.part_bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    @staticmethod
+    def _rss(processes: list[Any]) -> int:
+        import psutil
+
+        total = 0
+        for process in processes:
+            try:
+                total += process.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return total
 
     def _sample(self) -> None:
         import psutil
@@ -156,18 +165,27 @@ class PeakMemory:
             root = psutil.Process(self.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return
+        part_root = None
         while not self._stop.is_set():
-            total = 0
             try:
                 family = [root, *root.children(recursive=True)]
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 return
-            for process in family:
+            self.bytes = max(self.bytes, self._rss(family))
+            if self.part and part_root is None:
+                for process in family[1:]:
+                    try:
+                        if any(self.part in arg for arg in process.cmdline()):
+                            part_root = process
+                            break
+                    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                        continue
+            if part_root is not None:
                 try:
-                    total += process.memory_info().rss
-                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                    continue
-            self.bytes = max(self.bytes, total)
+                    subtree = [part_root, *part_root.children(recursive=True)]
+                    self.part_bytes = max(self.part_bytes, self._rss(subtree))
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
             self._stop.wait(self.interval)
 
     def __enter__(self) -> "PeakMemory":

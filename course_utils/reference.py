@@ -16,19 +16,20 @@ student's step twice from the same weights and the same global batch: once on a 
   global_batch_size)`` factory under any strategy; :func:`tutorial_train_step` is the right one,
   :func:`step_with_loss` makes one around any loss function;
 * :func:`factor`: by how much one update or loss is a multiple of the reference;
-* :func:`stable_error_line`: the error a fresh process died of, in one line that does not vary.
+* :func:`stable_error_line`: the error a fresh process died of, in one line that does not vary
+  (it lives in :mod:`course_utils.errors`; notebook 04 calls it from here).
 
 Taught in notebook 04 (custom training loops).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from .errors import stable_error_line as stable_error_line  # notebook 04 calls it from here
 from .models import tutorial_train_step  # noqa: F401 - the right step, compared with here (notebook 04)
 from .runtime import import_tensorflow as _tf
 
@@ -244,46 +245,3 @@ def same(actual: Any, expected: Any, rtol: float = 1e-3) -> bool:
         return False
     scale = float(np.max(np.abs(e))) if e.size else 0.0
     return bool(np.allclose(a, e, rtol=rtol, atol=rtol * max(scale, 1e-12)))
-
-
-# --------------------------------------------------------------------------- fresh processes
-
-
-_QUOTED = re.compile(r"'[^']*'")
-_OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\]")
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
-#: TensorFlow's status codes, which start the lines of a "Graph execution error" that name a cause.
-_STATUS = re.compile(
-    r"\b(INVALID_ARGUMENT|FAILED_PRECONDITION|NOT_FOUND|OUT_OF_RANGE|RESOURCE_EXHAUSTED|"
-    r"UNIMPLEMENTED|INTERNAL|UNAVAILABLE|ABORTED|ALREADY_EXISTS|PERMISSION_DENIED|UNKNOWN|"
-    r"CANCELLED|DEADLINE_EXCEEDED|DATA_LOSS|UNAUTHENTICATED):\s+(.*)$"
-)
-
-
-def stable_error_line(stderr: str) -> str:
-    """The error a process died of, as ``TypeName: message`` in one line that does not vary.
-
-    For TensorFlow's multi-line ``Graph execution error`` it takes the first root error after
-    it (``INVALID_ARGUMENT: ...``) as the message. Quoted names (node and tensor names, which
-    change from run to run), ``[Op:...]`` suffixes and addresses are replaced by ``...``.
-    """
-    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
-    found = None
-    for index in range(len(lines) - 1, -1, -1):
-        match = re.match(r"^([\w.]+(?:Error|Exception)):\s*(.*)$", lines[index])
-        if match:
-            found = index, match.group(1).rsplit(".", 1)[-1], match.group(2)
-            break
-    if found is None:
-        return ""
-    index, exception, message = found
-    for line in lines[index + 1 :]:
-        root = _STATUS.search(line)
-        if root:
-            message = root.group(2)
-            break
-    message = _OP_SUFFIX.sub("", message)
-    message = _QUOTED.sub("'...'", message)
-    message = _ADDRESS.sub("0x...", message)
-    message = re.sub(r" with dtype \w+$", "", message.strip())
-    return f"{exception}: {message}".strip()

@@ -24,17 +24,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from .errors import exception_line, last_error_line
+
 #: Examples per step across all replicas, and steps per probe: enough to trace, run and apply
 #: real updates, small enough that a probe costs about a second.
 GLOBAL_BATCH = 16
 STEPS = 2
 FEATURES = 8
-
-#: Error messages that name a known upstream problem: (text to look for, short description).
-KNOWN_ERRORS: tuple[tuple[str, str], ...] = (
-    ("You must feed a value for placeholder tensor", "You must feed a value for placeholder tensor"),
-    ("Attempt to convert a value (PerReplica", "Attempt to convert a value (PerReplica:{...}) to a Tensor"),
-)
 
 
 # --------------------------------------------------------------------------- probes
@@ -145,17 +141,6 @@ class Outcome:
         return f"{self.status}: {self.note}" if self.note else self.status
 
 
-def summarize_error(error: BaseException) -> str:
-    """``TypeName: the message`` in one stable line (known upstream errors get a fixed text)."""
-    text = str(error)
-    for needle, short in KNOWN_ERRORS:
-        if needle in text:
-            return f"{type(error).__name__}: {short}"
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    first = lines[0] if lines else ""
-    return f"{type(error).__name__}: {first[:100]}" if first else type(error).__name__
-
-
 def attempt(probe: Callable[..., Sequence[float]], *args: Any, **kwargs: Any) -> Outcome:
     """Run a probe; ``works`` when it trained and every loss is finite, else ``fails`` and why."""
     import math
@@ -163,7 +148,7 @@ def attempt(probe: Callable[..., Sequence[float]], *args: Any, **kwargs: Any) ->
     try:
         losses = probe(*args, **kwargs)
     except Exception as error:  # a probe failing is the information we are after
-        return Outcome("fails", summarize_error(error))
+        return Outcome("fails", exception_line(error))
     if not losses or not all(math.isfinite(v) for v in losses):
         return Outcome("fails", f"non-finite loss after {len(losses)} steps")
     return Outcome("works", f"{len(losses)} steps, finite loss")
@@ -216,7 +201,7 @@ def run_multi_worker(workers: int = 2, timeout: float = 240.0) -> dict[str, Any]
     for result in results:
         data = _result_of(result.stdout)
         if data is None or not all(k in data for k in ("custom_loop", "fit")):
-            why = result.last_error_line() or f"exit code {result.returncode}"
+            why = last_error_line(result.stderr) or f"exit code {result.returncode}"
             parsed.append(
                 {k: Outcome("fails", f"worker crashed: {why[:100]}") for k in ("custom_loop", "fit")}
             )
@@ -249,7 +234,7 @@ def run_parameter_server(workers: int = 2, timeout: float = 240.0) -> dict[str, 
         for key in ("custom_loop", "fit"):
             data[key] = Outcome(**data[key])
         return data
-    why = result.last_error_line() or f"exit code {result.returncode}"
+    why = last_error_line(result.stderr) or f"exit code {result.returncode}"
     crashed = Outcome("fails", f"cluster process crashed: {why[:100]}")
     return {"custom_loop": crashed, "fit": crashed}
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from course_utils.cellmeta import exercise_id, role
 from course_utils.errors import ExerciseError
 from course_utils.exercises import multi_worker_training as ex
 
@@ -110,12 +111,7 @@ def program_text(answer: str = SOLUTION) -> str:
     import nbformat
 
     nb = nbformat.read(ROOT / "solutions" / "07_multi_worker_training.ipynb", as_version=4)
-    cell = next(
-        c
-        for c in nb.cells
-        if c.metadata.get("course", {}).get("exercise") == "resume_point"
-        and c.metadata["course"]["role"] == "solution"
-    )
+    cell = next(c for c in nb.cells if exercise_id(c) == "resume_point" and role(c) == "solution")
     body = cell.source.split("\n", 1)[1]  # without the %%writefile line
     region = re.compile(r"( *)### BEGIN SOLUTION\n.*?### END SOLUTION\n", re.S)
     return region.sub(lambda m: f"{m.group(1)}{answer}\n", body)

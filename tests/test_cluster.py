@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from course_utils import cluster as cl
-from course_utils.errors import ConfigError
+from course_utils.errors import ConfigError, summarize_error
 
 SHOW = "course_utils.workers.show_tf_config"
 MULTI = "course_utils.workers.multi_worker"
@@ -99,11 +99,11 @@ def test_summarize_error_gives_one_stable_line() -> None:
         "array([[1., 1.]], dtype=float32)>",
         "}) with an unsupported type (<class 'tensorflow.python.distribute.values.PerReplica'>) to a Tensor.",
     ]
-    assert cl.summarize_error(log) == (
+    assert summarize_error(log) == (
         "ValueError: Attempt to convert a value (PerReplica:{...}) with an unsupported type "
         "(PerReplica) to a Tensor."
     )
-    assert cl.summarize_error(["just a line"]) == ""
+    assert summarize_error(["just a line"]) == ""
 
 
 # --------------------------------------------------------------------------- processes (no TF)

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
+from course_utils.cellmeta import course_meta, exercise_id, role
 from course_utils.grading import (
     code,
     course,
@@ -53,9 +54,8 @@ def make_course(dest: Path) -> Path:
     (dest / "tests").mkdir()
     master = nbformat.read(ROOT / "solutions" / f"{NB}.ipynb", as_version=4)
     for cell in master.cells:
-        meta = cell.metadata.get("course", {})
-        if meta.get("role") == "solution" and POINTS.get(meta.get("exercise"), 1) != 1:
-            meta["points"] = POINTS[meta["exercise"]]
+        if role(cell) == "solution" and POINTS.get(exercise_id(cell), 1) != 1:
+            course_meta(cell)["points"] = POINTS[exercise_id(cell)]
     nbformat.write(master, dest / "solutions" / f"{NB}.ipynb")
     shutil.copy(ROOT / "tests" / "nbval_sanitize.cfg", dest / "tests")
     shutil.copy(ROOT / "pyproject.toml", dest)

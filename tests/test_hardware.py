@@ -10,12 +10,11 @@ import time
 
 import pytest
 
-from course_utils.errors import NoTPUError
+from course_utils.errors import NoTPUError, describe_error
 from course_utils.hardware import (
     KINDS,
     FakeMachine,
     HardwarePlan,
-    describe_error,
     detect_strategy,
     find_local_tpu,
     plan_hardware,

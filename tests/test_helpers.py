@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from course_utils import checks
-from course_utils.errors import CourseError, ExerciseError
+from course_utils.errors import CourseError, ExerciseError, first_line, last_error_line
 from course_utils.processes import run_python
 from course_utils.progress import format_metrics
 from course_utils.runtime import check_versions
@@ -43,8 +43,8 @@ def test_passed_prints_one_line(capsys) -> None:
 
 
 def test_first_line() -> None:
-    assert checks.first_line("a\nb") == "a"
-    assert checks.first_line(None) == ""
+    assert first_line("a\nb") == "a"
+    assert first_line(None) == ""
 
 
 def test_scratch_dir_starts_clean(tmp_path, monkeypatch) -> None:
@@ -61,7 +61,7 @@ def test_run_python_reports_output_and_errors() -> None:
     ok = run_python("import os; print(os.environ['COURSE_REPLICAS'])", replicas=3)
     assert ok.ok and ok.stdout.strip() == "3"
     bad = run_python("raise ValueError('broken on purpose')")
-    assert not bad.ok and bad.last_error_line() == "ValueError: broken on purpose"
+    assert not bad.ok and last_error_line(bad.stderr) == "ValueError: broken on purpose"
     with pytest.raises(CourseError, match="did not finish"):
         run_python("import time; time.sleep(30)", timeout=1)
 
@@ -88,3 +88,19 @@ def test_the_report_says_in_one_line_what_training_runs_on() -> None:
     assert training_line(settings({"COURSE_STRATEGY": "default"})) == (
         "the strategy COURSE_STRATEGY=default names"
     )
+
+
+def test_peak_memory_sees_a_child_and_the_part_named() -> None:
+    """A parent that starts a child holding 200 MB: the whole tree's peak and the child's alone."""
+    import subprocess
+    import sys
+
+    from course_utils.processes import PeakMemory
+
+    child = "import time; block = bytearray(200 * 2**20); block[::4096] = b'x' * len(block[::4096]); time.sleep(1.5)"
+    parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}, 'marked-child'])"
+    proc = subprocess.Popen([sys.executable, "-c", parent])
+    with PeakMemory(proc.pid, part="marked-child", interval=0.1) as peak:
+        proc.wait(timeout=60)
+    assert peak.part_bytes >= 200 * 2**20
+    assert peak.bytes > peak.part_bytes

@@ -19,6 +19,7 @@ import pytest
 from browser import PAGE_LOAD, launch, playwright_or_skip
 
 from course_utils import presenting
+from course_utils.cellmeta import role
 
 ROOT = Path(__file__).resolve().parents[1]
 DECK_OF = "07_multi_worker_training"
@@ -59,7 +60,7 @@ def test_every_master_marks_a_demo_path(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     assert presenting.demo_problems(nb) == []
     cells = presenting.demo_cells(nb)
-    assert presenting._role(nb.cells[cells[0]]) == "setup", "the demo path starts with the set-up cell"
+    assert role(nb.cells[cells[0]]) == "setup", "the demo path starts with the set-up cell"
 
 
 def test_a_deck_renders_in_a_real_browser_without_a_network(tmp_path: Path) -> None:

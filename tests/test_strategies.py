@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import course_utils
-from course_utils.errors import ConfigError, NoTPUError, ReplicaCountError
+from course_utils.errors import ConfigError, NoTPUError, ReplicaCountError, last_error_line
 from course_utils.processes import run_python
 
 
@@ -171,13 +171,15 @@ def test_setup_splits_two_cpus_by_default_and_stops_at_once_without_a_tpu() -> N
     assert result.stdout.split() == ["2"]
     result = run_python("import course_utils; course_utils.setup()", env={"COURSE_STRATEGY": "tpu"})
     assert not result.ok
-    assert "NoTPUError: No TPU found" in result.last_error_line()
+    assert "NoTPUError: No TPU found" in last_error_line(result.stderr)
 
 
 def test_bad_environment_in_setup_is_one_clear_line() -> None:
     result = run_python("import course_utils; course_utils.setup()", env={"COURSE_REPLICAS": "zero"})
     assert not result.ok
-    assert result.last_error_line().startswith("course_utils.errors.ConfigError: COURSE_REPLICAS='zero'")
+    assert last_error_line(result.stderr).startswith(
+        "course_utils.errors.ConfigError: COURSE_REPLICAS='zero'"
+    )
 
 
 @pytest.mark.parametrize(
@@ -273,7 +275,7 @@ def test_fit_with_steps_per_execution_on_the_collective_strategy() -> None:
         model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), epochs=1, verbose=0)
         """
     )
-    assert result.ok, result.last_error_line()
+    assert result.ok, last_error_line(result.stderr)
 
 
 def test_the_courses_strategy_and_a_students_own_do_not_share_collective_keys() -> None:
@@ -292,7 +294,7 @@ def test_the_courses_strategy_and_a_students_own_do_not_share_collective_keys() 
         print("no clash")
         """
     course = run_python(code.replace('sys.argv[-1] == "course"', "True"))
-    assert course.ok and course.stdout.strip() == "no clash", course.last_error_line()
+    assert course.ok and course.stdout.strip() == "no clash", last_error_line(course.stderr)
     plain = run_python(code.replace('sys.argv[-1] == "course"', "False"))
     assert not plain.ok and "collective instance" in plain.stderr.lower()
 
@@ -310,5 +312,5 @@ def test_setup_re_run_after_a_notebook_split_into_more_cpus() -> None:
         print(course_utils.get_strategy(verbose=False).num_replicas_in_sync)
         """
     )
-    assert result.ok, result.last_error_line()
+    assert result.ok, last_error_line(result.stderr)
     assert result.stdout.split() == ["2"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from course_utils import support
+from course_utils.errors import exception_line
 from course_utils.support import Outcome, Row
 
 
@@ -41,15 +42,13 @@ def test_attempt_reports_exceptions_and_non_finite_losses():
     assert not Outcome("fails", "x").ok and str(Outcome("works")) == "works"
 
 
-def test_summarize_error_shortens_known_upstream_errors():
+def test_exception_line_shortens_known_upstream_errors():
     error = ValueError(
         "Attempt to convert a value (PerReplica:{\n 0: <tf.Tensor ...>}) with an unsupported type"
     )
-    assert support.summarize_error(error) == (
-        "ValueError: Attempt to convert a value (PerReplica:{...}) to a Tensor"
-    )
-    assert support.summarize_error(RuntimeError("")) == "RuntimeError"
-    assert len(support.summarize_error(RuntimeError("x" * 500))) < 120
+    assert exception_line(error) == ("ValueError: Attempt to convert a value (PerReplica:{...}) to a Tensor")
+    assert exception_line(RuntimeError("")) == "RuntimeError"
+    assert len(exception_line(RuntimeError("x" * 500))) < 120
 
 
 def test_render_matrix_numbers_notes_once_per_distinct_problem():

@@ -10,7 +10,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from ..errors import CourseError
+from ..errors import CourseError, last_error_line
 from ..processes import last_result, print_result
 from .flops import LayerFlops, MachineLimit, ModelFlops, machine_limit
 from .settings import BenchConfig, Measurement
@@ -168,7 +168,7 @@ def _run_child(call: str, *, replicas: int, timeout: float, what: str) -> dict[s
     except ValueError:
         raise CourseError(
             f"Measuring {what} failed (exit code {result.returncode}): "
-            f"{result.last_error_line() or result.stderr.strip()[-300:]}"
+            f"{last_error_line(result.stderr) or result.stderr.strip()[-300:]}"
         ) from None
 
 

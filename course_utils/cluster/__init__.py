@@ -47,8 +47,6 @@ from .logs import (
     SERVER_STARTED,
     ClusterResult,
     TaskLog,
-    shorten_error,
-    summarize_error,
 )
 from .spec import TASK_TYPES, chief_of, cluster_spec, make_tf_config, pick_ports, port_is_free, tasks_of
 
@@ -71,8 +69,6 @@ __all__ = [
     "run_cluster",
     "run_module",
     "running_clusters",
-    "shorten_error",
     "stop_all",
-    "summarize_error",
     "tasks_of",
 ]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from ..errors import ConfigError, CourseError
+from ..errors import ConfigError, CourseError, summarize_error
 from ..processes import parse_result
 from .cleanup import _RUNNING, _RUNNING_LOCK, _STARTED, _group_alive, _signal_group, _stop_previous
 from .logs import (
@@ -29,7 +29,6 @@ from .logs import (
     ClusterResult,
     TaskLog,
     _read_lines,
-    summarize_error,
 )
 from .spec import chief_of, cluster_spec, make_tf_config, pick_ports, tasks_of
 

@@ -1,4 +1,4 @@
-"""What the tasks of a cluster print: markers, noise, their logs and errors in one line."""
+"""What the tasks of a cluster print: markers, noise, their logs and how they ended."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import queue
 import re
 import signal
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional
 
+from ..errors import summarize_error
 from ..processes import RESULT_MARKER as _RESULT_MARKER
 
 #: TensorFlow's log line when a task's gRPC server is up (the launcher's readiness signal).
@@ -22,9 +23,6 @@ _PORT_CLASH = re.compile(r"address already in use|Failed to add port|Could not s
 _NOISE = re.compile(
     r"^(?:[IWEF]\d{4} [\d:. ]+\d+ [\w.]+:\d+\]|WARNING: All log messages before absl|"
     r"WARNING:tensorflow:|WARNING:absl:|\S+\.py:\d+: \w*Warning:)"
-)
-_EXCEPTION_LINE = re.compile(
-    r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$"
 )
 
 
@@ -87,36 +85,6 @@ class ClusterResult:
         for name in tasks or self.tasks:
             for line in self.tasks[name].lines:
                 print(f"[{name}] {line}")
-
-
-def summarize_error(lines: Sequence[str], limit: int = 240) -> str:
-    """The Python exception at the end of a log, on one line: ``ValueError: ...``.
-
-    Multi-line messages are joined; the contents of distributed values (``PerReplica:{...}``)
-    and memory addresses are left out so that the line is the same from run to run.
-    """
-    lines = [line.rstrip() for line in lines if line.strip()]
-    start = None
-    for i in range(len(lines) - 1, -1, -1):
-        if _EXCEPTION_LINE.match(lines[i]) and not lines[i].startswith(" "):
-            start = i
-            break
-    if start is None:
-        return ""
-    text = " ".join(part.strip() for part in lines[start:])
-    return shorten_error(text, limit)
-
-
-def shorten_error(text: str, limit: int = 240) -> str:
-    """One stable line from an exception message (see :func:`summarize_error`)."""
-    text = re.sub(r"\s+", " ", text).strip()
-    text = re.sub(r"(PerReplica|Mirrored|SyncOnRead|DistributedValues):\{.*?\}\)", r"\1:{...})", text)
-    text = re.sub(r"<class '[\w.]*\.(\w+)'>", r"\1", text)
-    text = re.sub(r" at 0x[0-9a-fA-F]+", "", text)
-    text = re.sub(r"^(?:[A-Za-z_]\w*\.)+([A-Z]\w*(?:Error|Exception))", r"\1", text)
-    if len(text) > limit:
-        text = text[: limit - 3].rstrip() + "..."
-    return text
 
 
 def _read_lines(pipe: Any, name: str, stream_name: str, events: "queue.Queue") -> None:

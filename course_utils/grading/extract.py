@@ -22,6 +22,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..cellmeta import exercise_id, role
 from . import audit, code
 from .course import CourseNotebook
 from .submissions import Submission
@@ -59,11 +60,6 @@ class GradedNotebook:
     findings: dict[str, list[audit.Finding]] = field(default_factory=dict)
 
 
-def _meta(cell: dict[str, Any]) -> dict[str, Any]:
-    meta = cell.get("metadata", {}).get("course", {})
-    return meta if isinstance(meta, dict) else {}
-
-
 def find_answers(sub: Submission, nb: CourseNotebook) -> dict[str, Answer]:
     """The student's code for every exercise of ``nb`` (``source=None`` when missing)."""
     code_cells = [(i, c) for i, c in enumerate(sub.cells) if c["cell_type"] == "code"]
@@ -78,11 +74,7 @@ def find_answers(sub: Submission, nb: CourseNotebook) -> dict[str, Answer]:
                 chosen.add(holders[-1])
         how = f"defines {', '.join(ex.names)}" if chosen else ""
         if not chosen:
-            tagged = [
-                i
-                for i, c in code_cells
-                if _meta(c).get("role") == "solution" and _meta(c).get("exercise") == ex.id
-            ]
+            tagged = [i for i, c in code_cells if role(c) == "solution" and exercise_id(c) == ex.id]
             if tagged:
                 chosen, how = {tagged[-1]}, "cell metadata"
         if not chosen:
@@ -175,8 +167,7 @@ def describe(answers: dict[str, Answer], sub: Submission) -> list[str]:
             lines.append(f"{ident}: no code found")
             continue
         tagged = all(
-            _meta(sub.cells[i]).get("role") == "solution" and _meta(sub.cells[i]).get("exercise") == ident
-            for i in answer.cells
+            role(sub.cells[i]) == "solution" and exercise_id(sub.cells[i]) == ident for i in answer.cells
         )
         if tagged and answer.how.startswith("defines") and "helper" not in answer.how:
             continue

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..errors import first_line
 from .verdict import NOTEBOOK_STATUSES
 
 ICONS = {"passed": "✅", "failed": "❌", "error": "⚠️", "timeout": "⏱️", "missing": "➖", "flagged": "🚩"}
@@ -45,7 +46,7 @@ class Result:
     #: Where the graded notebook was written, relative to the report folder ("" when none was).
     graded_path: str = ""
     #: Peak resident memory of the grading run (pytest, nbval and the kernel) and of the kernel
-    #: alone, in MB, sampled; None when it did not run (or, for the kernel, ran in the sandbox).
+    #: alone, in MB, sampled; None when it did not run.
     memory_mb: Optional[float] = None
     kernel_mb: Optional[float] = None
 
@@ -133,12 +134,6 @@ def student_totals(results: list[Result], notebooks: dict[str, dict[str, float]]
     for row in rows.values():
         row["points"] = number(sum(v or 0 for v in row["notebooks"].values()))
     return list(rows.values())
-
-
-def first_line(message: str) -> str:
-    from ..checks import first_line as hint_first_line
-
-    return hint_first_line(message)
 
 
 def safe_name(text: str) -> str:

@@ -53,8 +53,8 @@ class RunResult:
     log: str = ""
     seconds: float = 0.0
     workdir: Optional[Path] = None
-    #: Peak resident memory, sampled: the notebook's kernel and its children (0 in the sandbox,
-    #: where the kernel's process id is the namespace's own), and the whole run (pytest + kernel).
+    #: Peak resident memory, sampled: the notebook's kernel with its children, and the whole run
+    #: (pytest, nbval and the kernel).
     kernel_peak_bytes: int = 0
     run_peak_bytes: int = 0
 
@@ -174,20 +174,10 @@ def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions)
     start = time.monotonic()
     lines: list[bytes] = []
 
-    samplers: list[PeakMemory] = []
-
     def reader() -> None:
         with os.fdopen(read_end, "rb") as pipe:
             for line in pipe:
                 lines.append(line)
-                record = protocol.decode(line)
-                if (
-                    record
-                    and record.get("event") == protocol.KERNEL
-                    and isinstance(record.get("pid"), int)
-                    and not options.sandbox
-                ):
-                    samplers.append(PeakMemory(record["pid"]).__enter__())
 
     thread = threading.Thread(target=reader, daemon=True)
     with open(log_path, "wb") as log:
@@ -206,7 +196,7 @@ def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions)
             os.close(write_end)
         with _active_lock:
             _active.add(proc)
-        whole = PeakMemory(proc.pid).__enter__()
+        peak = PeakMemory(proc.pid, part="ipykernel_launcher").__enter__()
         thread.start()
         try:
             result.returncode = proc.wait(timeout=options.notebook_timeout)
@@ -222,11 +212,8 @@ def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions)
                 _active.discard(proc)
     _kill_leftovers(token)
     thread.join(timeout=10)
-    whole.__exit__()
-    result.run_peak_bytes = whole.bytes
-    for sampler in samplers:
-        sampler.__exit__()
-        result.kernel_peak_bytes = max(result.kernel_peak_bytes, sampler.bytes)
+    peak.__exit__()
+    result.run_peak_bytes, result.kernel_peak_bytes = peak.bytes, peak.part_bytes
     result.seconds = time.monotonic() - start
     for raw in lines:
         record = protocol.decode(raw)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from ..cellmeta import course_meta, exercise_id
 from . import code
 from .course import Course
 
@@ -196,20 +197,11 @@ def read(sub: Submission) -> None:
 # --------------------------------------------------------------------------- matching
 
 
-def _course_meta(cell: dict[str, Any]) -> dict[str, Any]:
-    meta = cell.get("metadata", {}).get("course", {})
-    return meta if isinstance(meta, dict) else {}
-
-
 def match_scores(sub: Submission, course: Course) -> dict[str, int]:
     """How strongly the submission looks like each course notebook."""
     filename = re.sub(r"[^a-z0-9]+", "_", sub.path.stem.lower())
-    meta_name = (
-        str(sub.metadata.get("course", {}).get("notebook", ""))
-        if isinstance(sub.metadata.get("course"), dict)
-        else ""
-    )
-    ids = {str(_course_meta(c).get("exercise", "")) for c in sub.cells} - {""}
+    meta_name = str(course_meta(sub).get("notebook", ""))
+    ids = {exercise_id(c) for c in sub.cells} - {""}
     texts = {code.normalise(c["source"]) for c in sub.cells} - {""}
     defined: set[str] = set()
     headings = set()

@@ -25,10 +25,13 @@ from typing import Any, Optional
 
 from . import course as course_mod
 
+#: Extra options for every ``course_utils.grade`` command (``--timeout``, from :func:`main`).
+GRADE_OPTIONS: list[str] = []
+
 
 def _grade(subs: list[Path], out: Path, course: Path, jobs: int) -> tuple[float, dict[str, Any], str]:
     command = [sys.executable, "-m", "course_utils.grade", *map(str, subs), "--course", str(course)]
-    command += ["-j", str(jobs), "--out", str(out), "--quiet"]
+    command += ["-j", str(jobs), "--out", str(out), "--quiet", *GRADE_OPTIONS]
     start = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True)
     wall = time.monotonic() - start
@@ -97,7 +100,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--jobs", type=int, nargs="+", default=[1], help="with --class-size: each -j")
     parser.add_argument("--course", default=None, help="the course folder (default: this checkout)")
     parser.add_argument("--out", default="build/grading-throughput.json", help="where the numbers go")
+    parser.add_argument("--timeout", type=float, default=None, help="the grader's --timeout (s per notebook)")
     args = parser.parse_args(argv)
+    if args.timeout:
+        GRADE_OPTIONS[:] = ["--timeout", f"{args.timeout:g}"]
     try:
         root = course_mod.find_course_root(args.course)
     except course_mod.CourseNotFound as error:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cluster import shorten_error
+from ..errors import shorten_error
 from .common import hold_still, report, say, start
 
 FEATURES = 8

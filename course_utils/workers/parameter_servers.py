@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ..cluster import pick_ports, shorten_error
+from ..cluster import pick_ports
+from ..errors import shorten_error
 from .common import report, say, start
 
 VARIES = "[async, varies per run]"
