@@ -45,8 +45,10 @@ lint: setup
 	$(VENV)/bin/ruff check course_utils tests
 	$(VENV)/bin/ruff format --check course_utils tests
 
+# On every core (pytest-xdist), one test file per worker at a time, so that a file's
+# module-scoped fixtures (the graded class) are built once.
 unit: setup
-	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider --durations=10 tests
+	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile --durations=15 tests
 
 nbval-default: setup
 	$(TEST_ENV) COURSE_STRATEGY=default $(NBVAL)
