@@ -7,7 +7,7 @@ Each measurement runs the real command (``python -m course_utils.grade``) on cop
 masters (the honest answers, as a student who solved everything hands them in) and reads back
 ``report.json``: the run's seconds and its peak memory (the whole run and the kernel alone, as
 sampled by :class:`course_utils.processes.PeakMemory`). To measure under a container's limits,
-run this command inside them (docs/grading.md, section 7, says how the course measured
+run this command inside them (docs/grading.md, section 5, gives the course's numbers under
 Gradescope's 768 MB).
 """
 
