@@ -133,3 +133,16 @@ def test_the_demo_path_of_one_notebook_runs_alone_in_a_fresh_kernel() -> None:
     assert run.error == "", run.report()
     assert [index for index, _, _ in run.cells] == presenting.demo_cells(nb)
     assert run.seconds < 60, f"the demo path of {DEMO_OF} took {run.seconds:.0f} s, more than a minute"
+
+
+def test_the_instructors_guide_lists_each_demo_path_as_tagged() -> None:
+    """docs/instructors.md names, for each notebook, the set-up cell and then exactly the cells
+    tagged `demo` (by index), so the guide cannot drift when cells are split or moved."""
+    import re
+
+    guide = (ROOT / "docs" / "instructors.md").read_text()
+    sections = {s[:2]: s for s in re.split(r"\n### ", guide)[1:]}
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        listed = [int(n) for n in re.findall(r"^\| (\d+) \|", sections[path.name[:2]], re.M)]
+        assert listed == presenting.demo_cells(nb), f"{path.name}: docs/instructors.md lists {listed}"
