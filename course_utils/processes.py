@@ -188,13 +188,21 @@ class PeakMemory:
                     pass
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> "PeakMemory":
+    def start(self) -> "PeakMemory":
+        """Start sampling (in a daemon thread); returns ``self``."""
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
+        """Stop sampling; ``bytes`` and ``part_bytes`` then hold the peaks seen."""
         self._stop.set()
         self._thread.join(timeout=2)
+
+    def __enter__(self) -> "PeakMemory":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 # --------------------------------------------------------------------------- a child's result line

@@ -196,7 +196,7 @@ def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions)
             os.close(write_end)
         with _active_lock:
             _active.add(proc)
-        peak = PeakMemory(proc.pid, part="ipykernel_launcher").__enter__()
+        peak = PeakMemory(proc.pid, part="ipykernel_launcher").start()
         thread.start()
         try:
             result.returncode = proc.wait(timeout=options.notebook_timeout)
@@ -212,7 +212,7 @@ def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions)
                 _active.discard(proc)
     _kill_leftovers(token)
     thread.join(timeout=10)
-    peak.__exit__()
+    peak.stop()
     result.run_peak_bytes, result.kernel_peak_bytes = peak.bytes, peak.part_bytes
     result.seconds = time.monotonic() - start
     for raw in lines:

@@ -21,17 +21,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from . import course as course_mod
 
-#: Extra options for every ``course_utils.grade`` command (``--timeout``, from :func:`main`).
-GRADE_OPTIONS: list[str] = []
 
-
-def _grade(subs: list[Path], out: Path, course: Path, jobs: int) -> tuple[float, dict[str, Any], str]:
+def _grade(
+    subs: list[Path], out: Path, course: Path, jobs: int, options: Sequence[str] = ()
+) -> tuple[float, dict[str, Any], str]:
     command = [sys.executable, "-m", "course_utils.grade", *map(str, subs), "--course", str(course)]
-    command += ["-j", str(jobs), "--out", str(out), "--quiet", *GRADE_OPTIONS]
+    command += ["-j", str(jobs), "--out", str(out), "--quiet", *options]
     start = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True)
     wall = time.monotonic() - start
@@ -40,14 +39,16 @@ def _grade(subs: list[Path], out: Path, course: Path, jobs: int) -> tuple[float,
     return wall, data, done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
 
 
-def per_notebook(course: Path, names: list[str], work: Path) -> list[dict[str, Any]]:
-    """One honest submission of each notebook, graded alone (``-j 1``)."""
+def per_notebook(
+    course: Path, names: list[str], work: Path, options: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """One honest submission of each notebook, graded alone (``-j 1``; ``options`` go to the grader)."""
     rows = []
     for name in names:
         folder = work / name / "student"
         folder.mkdir(parents=True)
         shutil.copy(course / "solutions" / f"{name}.ipynb", folder / f"{name}.ipynb")
-        wall, data, last = _grade([folder], work / name / "out", course, 1)
+        wall, data, last = _grade([folder], work / name / "out", course, 1, options)
         result = (data["results"] or [{}])[0]
         rows.append(
             {
@@ -64,7 +65,9 @@ def per_notebook(course: Path, names: list[str], work: Path) -> list[dict[str, A
     return rows
 
 
-def a_class(course: Path, name: str, size: int, jobs: list[int], work: Path) -> list[dict[str, Any]]:
+def a_class(
+    course: Path, name: str, size: int, jobs: list[int], work: Path, options: Sequence[str] = ()
+) -> list[dict[str, Any]]:
     """``size`` honest submissions of one notebook, graded at each ``-j``."""
     klass = work / "class"
     for n in range(1, size + 1):
@@ -72,7 +75,7 @@ def a_class(course: Path, name: str, size: int, jobs: list[int], work: Path) -> 
         shutil.copy(course / "solutions" / f"{name}.ipynb", klass / f"student{n:03d}" / f"{name}.ipynb")
     rows = []
     for j in jobs:
-        wall, data, last = _grade([klass], work / f"out-j{j}", course, j)
+        wall, data, last = _grade([klass], work / f"out-j{j}", course, j, options)
         results = data["results"]
         runs = [r["seconds"] for r in results if r.get("seconds") is not None]
         rows.append(
@@ -102,8 +105,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--out", default="build/grading-throughput.json", help="where the numbers go")
     parser.add_argument("--timeout", type=float, default=None, help="the grader's --timeout (s per notebook)")
     args = parser.parse_args(argv)
-    if args.timeout:
-        GRADE_OPTIONS[:] = ["--timeout", f"{args.timeout:g}"]
+    options = ["--timeout", f"{args.timeout:g}"] if args.timeout else []
     try:
         root = course_mod.find_course_root(args.course)
     except course_mod.CourseNotFound as error:
@@ -117,9 +119,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="grade-throughput-"))
     try:
         if args.class_size:
-            rows = a_class(root, names[0], args.class_size, args.jobs, work)
+            rows = a_class(root, names[0], args.class_size, args.jobs, work, options)
         else:
-            rows = per_notebook(root, names, work)
+            rows = per_notebook(root, names, work, options)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     out = Path(args.out)
