@@ -1,19 +1,25 @@
 """Every exercise's check passes on the master and fails on the blank student version.
 
-The masters' stored outputs (what strict nbval reproduces) must show each check passing. The
-student notebooks are then executed as a student would first meet them, every placeholder still
-in place, and each check cell must fail with an ExerciseError (a hint), not another exception,
-and what Jupyter shows under it must be that one-line hint, not a traceback.
+The masters' stored outputs (what strict nbval reproduces) must show each check passing. Each
+notebook is then run as the grader runs a student who changed nothing: the checks' context only
+(:mod:`course_utils.grading.context`), every placeholder still in place. Each check cell must fail
+with an ExerciseError (a hint), not another exception, and what Jupyter shows under it must be
+that one-line hint, not a traceback. The master's answers and checks then run again in the same
+kernel and must pass: the context the grader keeps is enough, and a check re-run after a fix works.
 """
 
 from __future__ import annotations
 
+import copy
+import re
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from course_utils import authoring
+from course_utils.cellmeta import exercise_id, role
+from course_utils.grading import code, context, course, extract
 
 ROOT = Path(__file__).resolve().parents[1]
 MASTERS = sorted((ROOT / "solutions").glob("*.ipynb"))
@@ -42,27 +48,76 @@ def test_master_checks_pass_in_stored_outputs(path: Path) -> None:
         assert f"[pass] {ex.id}" in text, f"{path.name}: check of {ex.id} has no stored [pass] line"
 
 
+def _rerun_after_fixing(cells: list) -> list:
+    """The code cells a student re-runs after fixing the answers: each answer, each check, and
+    every cell after the first answer that reads a name an answer (or such a cell) defines."""
+    changed: set[str] = set()
+    rerun = []
+    started = False
+    for cell in cells:
+        if cell.cell_type != "code":
+            continue
+        tree = code.parse(cell.source)
+        if role(cell) == "solution":
+            started = True
+            changed |= code.defined_names(cell.source)
+            if cell.source.startswith("%%writefile"):
+                changed |= set(re.findall(r"\w+", cell.source.splitlines()[0][len("%%writefile") :]))
+        elif not started or tree is None:
+            continue
+        elif role(cell) != "check" and not context.needed_names(tree, cell.source) & changed:
+            continue
+        else:
+            changed |= context.bound_names(tree)
+        rerun.append(cell)
+    return rerun
+
+
 @pytest.mark.parametrize("path", WITH_EXERCISES, ids=lambda p: p.stem)
-def test_checks_fail_on_blank_student_version(path: Path, tmp_path: Path) -> None:
-    student = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
-    # As the grader does: nothing after the last check can change what a check shows.
-    student.cells = student.cells[: max(ex.check_cell for ex in authoring.exercises(student)) + 1]
+def test_checks_fail_on_the_blank_version_then_pass_on_the_answers(path: Path, tmp_path: Path) -> None:
+    """What the grader runs for a student who changed nothing (the checks' context, every
+    placeholder in place), then, in the same kernel, the master's answers and what depends on them:
+    the blank fails with one-line hints, the context the grader keeps is enough to pass, and a
+    check re-run after a fix passes."""
+    nb = course.load_notebook(path)
+    # The context of the master's answers (what an honest student's run keeps), answers blanked.
+    answers = {ex.id: extract.Answer(ex.id, nb.master.cells[ex.solution_cell].source) for ex in nb.exercises}
+    graded = extract.build(nb, answers).notebook
+    # Blank first; then, as a student who fixed every answer, the answers again and the cells
+    # that read what they define (a %%writefile answer defines the name of its file), then the checks.
+    half = len(graded.cells)
+    graded.cells += [copy.deepcopy(cell) for cell in _rerun_after_fixing(graded.cells)]
+    checks, fixed = {}, {}
+    for index, cell in enumerate(graded.cells):
+        if role(cell) == "solution" and index < half:
+            cell.source = next(ex.placeholder for ex in nb.exercises if ex.id == exercise_id(cell))
+        elif role(cell) == "check":
+            (checks if index < half else fixed)[exercise_id(cell)] = cell
     env = {
         "COURSE_STRATEGY": "default",
         "COURSE_FAST": "1",
         "COURSE_OFFLINE": "1",
         "COURSE_SCRATCH": str(tmp_path / "scratch"),
     }
-    authoring.execute(student, tmp_path, env, allow_errors=True)
-    for ex in authoring.exercises(student):
-        ename, evalue = _error_of(student.cells[ex.check_cell])
+    authoring.execute(graded, tmp_path, env, allow_errors=True)
+    for ex in nb.exercises:
+        cell = checks[ex.id]
+        ename, evalue = _error_of(cell)
         assert ename == "ExerciseError", (
             f"{path.name}: the check of {ex.id} should fail with an ExerciseError on the blank "
             f"version, got {ename or 'no error'}: {evalue[:200]}"
         )
         assert ex.id in evalue, f"{path.name}: the hint of {ex.id} does not name the exercise"
-        shown = _shown(student.cells[ex.check_cell])
+        shown = _shown(cell)
         assert shown == [f"ExerciseError: {evalue}"], (
             f"{path.name}: under the check of {ex.id} a student should see the one-line hint, "
             f"not {len(shown)} lines of traceback"
         )
+    for ex in nb.exercises:
+        check = fixed[ex.id]
+        assert _error_of(check) == ("", ""), (
+            f"{path.name}: with only the context the grader keeps, the master's {ex.id} fails: "
+            f"{_error_of(check)}"
+        )
+        text = "".join(o.get("text", "") for o in check.outputs if o.output_type == "stream")
+        assert f"[pass] {ex.id}" in text, f"{path.name}: the master's answer to {ex.id} did not pass"

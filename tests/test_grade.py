@@ -97,7 +97,7 @@ def test_student_markers_and_shell_lines_are_removed(the_course) -> None:
             "def uneven_mean():\n    # NBVAL_RAISES_EXCEPTION\n    return 4.0\n",
         },
     )
-    graded = extract.build(nb00, extract.find_answers(submission_of(student), nb00))
+    graded = extract.build(nb00, extract.find_answers(submission_of(student), nb00), whole=True)
     source = graded.notebook.cells[nb00.exercises[0].solution_cell].source
     assert "NBVAL" not in source
     assert "# (not run by the grader) !pip install something" in source
@@ -108,7 +108,8 @@ def test_student_markers_and_shell_lines_are_removed(the_course) -> None:
 def test_graded_notebook_is_the_master_with_only_the_student_code(the_course) -> None:
     nb00 = the_course.notebooks[NB]
     student = make_class.tamper(nb00.master)
-    graded = extract.build(nb00, extract.find_answers(submission_of(student), nb00))
+    graded = extract.build(nb00, extract.find_answers(submission_of(student), nb00), whole=True)
+    assert graded.left_out == ()
     solution_cells = {ex.solution_cell for ex in nb00.exercises}
     last_check = max(ex.check_cell for ex in nb00.exercises)
     assert len(graded.notebook.cells) == last_check + 1  # nothing after the last check runs
@@ -126,6 +127,32 @@ def test_graded_notebook_is_the_master_with_only_the_student_code(the_course) ->
     ]
 
 
+def test_graded_notebook_runs_only_the_checks_context(the_course) -> None:
+    """Notebook 00's three-process demonstration and its plots feed no check: left out. The set-up,
+    the device split, the answers and the checks stay, and a name only a student's answer reads
+    keeps the cell that defines it."""
+    nb00 = the_course.notebooks[NB]
+    master_code = [c.source for c in nb00.master.cells if c.cell_type == "code"]
+    answers = extract.find_answers(submission_of(nb00.master), nb00)
+    graded = extract.build(nb00, answers)
+    kept = [c.source for c in graded.notebook.cells if c.cell_type == "code"]
+    before_last_check = master_code[: len(kept) + len(graded.left_out)]
+    assert kept == [s for k, s in enumerate(before_last_check) if k not in graded.left_out]
+    left_out = [master_code[k] for k in graded.left_out]
+    assert any("SCRIPT = " in s for s in left_out) and any("plt.subplots" in s for s in left_out)
+    assert any(role(c) == "setup" for c in graded.notebook.cells)
+    assert any("use_virtual_cpus(replicas)" in s for s in kept)
+    for ex, cells in zip(nb00.exercises, graded.exercises):
+        code_cells = [c for c in graded.notebook.cells if c.cell_type == "code"]
+        assert code_cells[cells.solution].source == answers[ex.id].source
+        assert code_cells[cells.check].source == nb00.master.cells[ex.check_cell].source
+    # An answer that reads `course_strategy` (defined by a left-out cell) brings that cell back.
+    answers["uneven_mean"].source += "\nprint(course_strategy)\n"
+    again = extract.build(nb00, answers)
+    assert len(again.left_out) == len(graded.left_out) - 1
+    assert any(s.startswith("course_strategy = ") for s in (c.source for c in again.notebook.cells))
+
+
 def test_metadata_is_the_fallback_and_nothing_found_is_missing(the_course) -> None:
     nb00 = the_course.notebooks[NB]
     student = make_class.with_answers(
@@ -141,7 +168,7 @@ def test_metadata_is_the_fallback_and_nothing_found_is_missing(the_course) -> No
     assert answers["uneven_mean"].how == "cell metadata"
     assert "my_uneven_mean" in answers["uneven_mean"].source
     assert answers["per_replica_batch"].source is None
-    graded = extract.build(nb00, answers)
+    graded = extract.build(nb00, answers, whole=True)
     placeholder = graded.notebook.cells[nb00.exercises[1].solution_cell].source
     assert "NotImplementedError" in placeholder
 

@@ -107,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="grade only the K-th of N slices of the class (a batch system's array task); "
         "combine the shards' reports with `python -m course_utils.grade merge`",
     )
+    parser.add_argument(
+        "--whole-notebook",
+        action="store_true",
+        help="run every course cell before the last check, not only the cells the checks and "
+        "answers depend on (slower; the verdicts are the same)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run folders and logs (for debugging)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     return parser
@@ -213,6 +219,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         sandbox=use_sandbox,
         keep=args.keep,
         sanitize=course.sanitize,
+        whole_notebook=args.whole_notebook,
     )
 
     # 3. Build the graded notebooks and run them, in parallel, each in its own folder and process.

@@ -14,7 +14,7 @@ NBVAL_MARKER = re.compile(
 #: Lines that would run a shell or a package manager from the grading kernel.
 SHELL_LINE = re.compile(r"^(\s*)(!|%%?(pip|conda|sh|bash|system|sx)\b)(.*)$", re.MULTILINE)
 
-_BUILTINS = frozenset(dir(builtins)) | {"get_ipython", "display", "__file__", "__name__"}
+BUILTINS = frozenset(dir(builtins)) | {"get_ipython", "display", "__file__", "__name__"}
 
 
 def cell_source(cell: object) -> str:
@@ -117,7 +117,7 @@ def used_names(source: str) -> set[str]:
             bound.update(a.asname or a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ExceptHandler) and node.name:
             bound.add(node.name)
-    return loads - bound - _BUILTINS
+    return loads - bound - BUILTINS
 
 
 def normalise(source: str) -> str:

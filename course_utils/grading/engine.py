@@ -56,7 +56,7 @@ def _display(path: Path) -> str:
 
 
 def prepare(
-    subs: list[Submission], course: Course
+    subs: list[Submission], course: Course, *, whole: bool = False
 ) -> tuple[list[report.Result], list[tuple[report.Result, extract.GradedNotebook]]]:
     """One result per submission, and the graded notebooks to run (still no student code run)."""
     results: list[report.Result] = []
@@ -94,7 +94,7 @@ def prepare(
             result.status = "graded"
             report.score(result, worth)
             continue
-        jobs.append((result, extract.build(nb, answers)))
+        jobs.append((result, extract.build(nb, answers, whole=whole)))
     return results, jobs
 
 
@@ -108,7 +108,7 @@ def grade(
     say: Callable[[str], None] = lambda text: None,
 ) -> Graded:
     """Grade every submission (``jobs`` at a time); KeyboardInterrupt stops every run and propagates."""
-    results, todo = prepare(subs, course)
+    results, todo = prepare(subs, course, whole=options.whole_notebook)
     graded = Graded(results=results, runs=len(todo))
     work_root = Path(tempfile.mkdtemp(prefix="course-grade-", dir=workdir)).resolve()
     os.chmod(work_root, 0o700)

@@ -13,7 +13,9 @@ included before it. Nothing found means the exercise is ``missing``.
 
 The graded notebook is the master with every output removed and each solution cell replaced by
 the student's code (nbval markers removed, shell lines commented out); every other cell, checks
-included, is the course's own.
+included, is the course's own. It ends at the last check, and of the course's code cells before
+it, only the checks' context runs (:mod:`.context`: the set-up and the cells whose names or
+settings a check or an answer reads); ``whole=True`` keeps every one.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..cellmeta import exercise_id, role
-from . import audit, code
+from . import audit, code, context
 from .course import CourseNotebook
 from .submissions import Submission
 
@@ -58,6 +60,9 @@ class GradedNotebook:
     names: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: What the audit found in each answer (:mod:`.audit`): a person should look before it counts.
     findings: dict[str, list[audit.Finding]] = field(default_factory=dict)
+    #: The master's code cells (0-based among code cells) before the last check that were left out:
+    #: nothing a check or an answer reads comes from them.
+    left_out: tuple[int, ...] = ()
 
 
 def find_answers(sub: Submission, nb: CourseNotebook) -> dict[str, Answer]:
@@ -118,42 +123,57 @@ def clean(source: str) -> str:
     return code.neutralise_shell(code.strip_markers(source)).strip("\n")
 
 
-def build(nb: CourseNotebook, answers: dict[str, Answer]) -> GradedNotebook:
-    """The canonical master with the student's code in each solution cell, without outputs."""
+def build(nb: CourseNotebook, answers: dict[str, Answer], *, whole: bool = False) -> GradedNotebook:
+    """The canonical master with the student's code in each solution cell, without outputs,
+    cut after the last check and (unless ``whole``) to the checks' context."""
     graded = copy.deepcopy(nb.master)
-    code_number: dict[int, int] = {}
-    count = 0
-    for index, cell in enumerate(graded.cells):
+    for cell in graded.cells:
         cell.pop("attachments", None)
         if cell.cell_type == "code":
-            code_number[index] = count
-            count += 1
             cell.outputs = []
             cell.execution_count = None
         cell.metadata = {k: v for k, v in cell.metadata.items() if k in {"course", "tags"}}
-    student_cells = set()
-    cells = []
     for ex in nb.exercises:
         solution = graded.cells[ex.solution_cell]
         answer = answers.get(ex.id)
         solution.source = answer.source if answer and answer.source is not None else ex.placeholder
         solution.metadata = {"course": {"role": "solution", "exercise": ex.id}}
-        student_cells.add(code_number[ex.solution_cell])
-        cells.append(ExerciseCells(ex.id, code_number[ex.solution_cell], code_number[ex.check_cell]))
     # Nothing after the last check can be the context of a check: the grading run stops there
     # (summaries, the runtime doctor, demonstrations that only show things).
     last_check = max((ex.check_cell for ex in nb.exercises), default=len(graded.cells) - 1)
-    graded.cells = graded.cells[: last_check + 1]
+    cells = graded.cells[: last_check + 1]
+    code_cells = [i for i, cell in enumerate(cells) if cell.cell_type == "code"]
+    left_out: list[int] = []
+    if not whole:
+        exercise_cells = {ex.solution_cell for ex in nb.exercises} | {ex.check_cell for ex in nb.exercises}
+        must = [k for k, i in enumerate(code_cells) if i in exercise_cells or role(cells[i]) == "setup"]
+        kept = context.context_cells([cells[i].source for i in code_cells], must).kept
+        left_out = [k for k in range(len(code_cells)) if k not in kept]
+        dropped = {code_cells[k] for k in left_out}
+        cells = [cell for i, cell in enumerate(cells) if i not in dropped]
+    index_of = {id(cell): i for i, cell in enumerate(graded.cells)}
+    graded.cells = cells
+    code_number = {index_of[id(cell)]: n for n, cell in enumerate(c for c in cells if c.cell_type == "code")}
+    student_cells = frozenset(code_number[ex.solution_cell] for ex in nb.exercises)
+    where = [
+        ExerciseCells(ex.id, code_number[ex.solution_cell], code_number[ex.check_cell]) for ex in nb.exercises
+    ]
     keep = {"kernelspec"}
     graded.metadata = {k: v for k, v in graded.metadata.items() if k in keep}
-    modules = audit.module_names(c.source for c in graded.cells if c.cell_type == "code")
+    modules = audit.module_names(c.source for c in nb.master.cells[: last_check + 1] if c.cell_type == "code")
     findings = {
         ident: found
         for ident, answer in answers.items()
         if answer.source is not None and (found := audit.audit(ident, answer.source, modules))
     }
     return GradedNotebook(
-        graded, cells, answers, frozenset(student_cells), {ex.id: ex.names for ex in nb.exercises}, findings
+        graded,
+        where,
+        answers,
+        student_cells,
+        {ex.id: ex.names for ex in nb.exercises},
+        findings,
+        tuple(left_out),
     )
 
 

@@ -40,6 +40,8 @@ class RunOptions:
     sandbox: bool = False
     keep: bool = False
     sanitize: str = ""
+    #: Run every course cell before the last check, not only the checks' context.
+    whole_notebook: bool = False
 
 
 @dataclass
