@@ -1,7 +1,7 @@
 """The grader, ``python -m course_utils.grade``: its parts on their own, then a whole made-up class.
 
 The class (tests/fixtures/make_class.py) is generated from the current master of notebook 00 and
-graded once, by the real command, with 2 jobs and a 20 s cell timeout; each test below checks one
+graded once, by the real command, with 2 jobs and a 10 s cell timeout; each test below checks one
 student or one promise of the grader against that run.
 """
 
@@ -412,7 +412,7 @@ def graded_class(tmp_path_factory):
         "-j",
         "2",
         "--cell-timeout",
-        "20",
+        "10",
         "--workdir",
         str(base / "work"),
     ]
@@ -481,7 +481,7 @@ def test_hints_say_what_went_wrong(graded_class) -> None:
     assert "one device's answer" in messages["pitfall", "uneven_mean"]
     assert "not done yet" in messages["blank", "per_replica_batch"]
     assert "should raise ValueError" in messages["tamper", "per_replica_batch"]
-    assert "did not finish within 20 s" in messages["loop", "per_replica_batch"]
+    assert "did not finish within 10 s" in messages["loop", "per_replica_batch"]
     assert "not valid JSON" in messages["corrupt", "uneven_mean"]
     assert messages["honest", "uneven_mean"] == (
         "on 2 replicas the MEAN of the replica means is 4.25; one device's mean is 4."
