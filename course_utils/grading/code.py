@@ -57,14 +57,16 @@ def parse(source: str) -> ast.Module | None:
         return None
 
 
-def _targets(node: ast.AST) -> Iterable[str]:
+def target_names(node: ast.AST) -> Iterable[str]:
+    """The names an assignment target binds: ``a``, ``b`` and ``c`` for ``a, (b, *c)``; an
+    attribute or an item binds none."""
     if isinstance(node, ast.Name):
         yield node.id
     elif isinstance(node, (ast.Tuple, ast.List)):
         for element in node.elts:
-            yield from _targets(element)
+            yield from target_names(element)
     elif isinstance(node, ast.Starred):
-        yield from _targets(node.value)
+        yield from target_names(node.value)
 
 
 def defined_names(source: str, *, imports: bool = False) -> set[str]:
@@ -85,9 +87,9 @@ def defined_names(source: str, *, imports: bool = False) -> set[str]:
             names.add(node.name)
         elif isinstance(node, ast.Assign):
             for target in node.targets:
-                names.update(_targets(target))
+                names.update(target_names(target))
         elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-            names.update(_targets(node.target))
+            names.update(target_names(node.target))
         elif imports and isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 if alias.name != "*":

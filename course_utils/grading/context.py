@@ -11,8 +11,8 @@ costs the grader time without changing a check's verdict.
 2. a cell that defines, imports or assigns a name a kept cell reads from earlier cells (a
    function body's global names always count: it may run when the cell has rebound them);
 3. a cell that may change an object a kept cell reads: it calls a method on it
-   (``model.fit(...)``), stores into it (``model.trainable = False``, ``rows[k] = v``) or passes
-   it to a function (``train(model)``);
+   (``model.fit(...)``), stores into it (``model.trainable = False``, ``rows[k] = v``), passes
+   it to a function (``train(model)``) or calls a notebook function whose body reads it;
 4. a cell that changes the process rather than a name: device and thread settings, seeds,
    precision policy, environment variables, the working folder, files written with
    ``%%writefile``;
@@ -20,6 +20,10 @@ costs the grader time without changing a check's verdict.
 
 Names bound by ``import``, ``def`` and ``class`` are read-only here: calling ``tf.constant`` or a
 course function does not keep every earlier cell that uses ``tf``.
+
+It is a reading of the source, not of what runs: an object reached another way (inside a list
+handed to a function, through ``globals()``) is not followed. The course's own answers are
+checked against it by the unit tests; ``grade --whole-notebook`` runs every cell instead.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from . import code
 STATE_PREFIXES = ("set_", "use_", "enable_", "disable_", "experimental_connect", "initialize_")
 #: ... and by the whole name.
 STATE_CALLS = frozenset({"setup", "seed", "chdir", "putenv", "unsetenv", "connect_to_cluster"})
-#: IPython magics that change the process or write files later cells may read.
+#: IPython magics that change the process, write files later cells may read, or run code the
+#: syntax tree cannot see (``%%time``, ``%run``).
 STATE_MAGICS = frozenset({"env", "cd", "writefile", "load_ext", "config", "run", "time", "timeit"})
 #: Calls that only read their arguments, so passing a needed object to them changes nothing.
 READERS = frozenset(
@@ -94,9 +99,6 @@ class Context:
 
     kept: frozenset[int]
     why: dict[int, str]
-
-    def dropped(self, code_cells: Iterable[int]) -> list[int]:
-        return [i for i in code_cells if i not in self.kept]
 
 
 def _base_name(node: ast.AST) -> str | None:
@@ -165,7 +167,7 @@ def needed_names(tree: ast.Module, source: str) -> set[str]:
         if isinstance(target, (ast.Attribute, ast.Subscript)):
             use(target)  # model.trainable = ... reads model
         else:
-            bound.update(code._targets(target))
+            bound.update(code.target_names(target))
 
     def walk(statements: list[ast.stmt]) -> None:
         for node in statements:
@@ -253,15 +255,15 @@ def bound_names(tree: ast.Module) -> set[str]:
                 names.update(a.asname or a.name.split(".")[0] for a in sub.names)
             elif isinstance(sub, ast.Assign):
                 for target in sub.targets:
-                    names.update(code._targets(target))
+                    names.update(code.target_names(target))
             elif isinstance(sub, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
-                names.update(code._targets(sub.target))
+                names.update(code.target_names(sub.target))
             elif isinstance(sub, (ast.With, ast.AsyncWith)):
                 for item in sub.items:
                     if item.optional_vars is not None:
-                        names.update(code._targets(item.optional_vars))
+                        names.update(code.target_names(item.optional_vars))
             elif isinstance(sub, ast.NamedExpr):
-                names.update(code._targets(sub.target))
+                names.update(code.target_names(sub.target))
     return names
 
 
