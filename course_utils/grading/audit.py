@@ -92,10 +92,7 @@ def module_names(sources: Iterable[str]) -> frozenset[str]:
         if tree is None:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names.update((a.asname or a.name.split(".")[0]) for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                names.update((a.asname or a.name) for a in node.names if a.name != "*")
+            names |= code.imported_names(node)
     return frozenset(names)
 
 

@@ -69,6 +69,14 @@ def target_names(node: ast.AST) -> Iterable[str]:
         yield from target_names(node.value)
 
 
+def imported_names(node: ast.AST) -> set[str]:
+    """The names an ``import`` statement binds (``import numpy as np`` -> ``np``,
+    ``import os.path`` -> ``os``, ``from x import *`` -> none); none for any other node."""
+    if not isinstance(node, (ast.Import, ast.ImportFrom)):
+        return set()
+    return {a.asname or a.name.split(".")[0] for a in node.names if a.name != "*"}
+
+
 def defined_names(source: str, *, imports: bool = False) -> set[str]:
     """Top-level names a cell defines: functions, classes, assignments (and imports if asked).
 
@@ -90,10 +98,8 @@ def defined_names(source: str, *, imports: bool = False) -> set[str]:
                 names.update(target_names(target))
         elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
             names.update(target_names(node.target))
-        elif imports and isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                if alias.name != "*":
-                    names.add(alias.asname or alias.name.split(".")[0])
+        elif imports:
+            names |= imported_names(node)
     return names
 
 
@@ -116,7 +122,7 @@ def used_names(source: str) -> set[str]:
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound.update(a.asname or a.name.split(".")[0] for a in node.names)
+            bound |= imported_names(node)
         elif isinstance(node, ast.ExceptHandler) and node.name:
             bound.add(node.name)
     return loads - bound - BUILTINS

@@ -117,9 +117,8 @@ def _last_name(func: ast.AST) -> str:
 def _read_only_names(tree: ast.Module) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update(a.asname or a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        names |= code.imported_names(node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
     return names
 
@@ -175,7 +174,7 @@ def needed_names(tree: ast.Module, source: str) -> set[str]:
                 use(node)
                 bound.add(node.name)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                bound.update(a.asname or a.name.split(".")[0] for a in node.names)
+                bound.update(code.imported_names(node))
             elif isinstance(node, ast.Assign):
                 use(node.value)
                 for target in node.targets:
@@ -252,7 +251,7 @@ def bound_names(tree: ast.Module) -> set[str]:
             if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names.add(sub.name)
             elif isinstance(sub, (ast.Import, ast.ImportFrom)):
-                names.update(a.asname or a.name.split(".")[0] for a in sub.names)
+                names.update(code.imported_names(sub))
             elif isinstance(sub, ast.Assign):
                 for target in sub.targets:
                     names.update(code.target_names(target))
@@ -331,12 +330,7 @@ def context_cells(sources: Sequence[str], must: Iterable[int], needs: Iterable[s
     trees = [code.parse(source) for source in sources]
     read_only = set().union(*(_read_only_names(t) for t in trees if t is not None))
     modules = {
-        a.asname or a.name.split(".")[0]
-        for t in trees
-        if t is not None
-        for node in ast.walk(t)
-        if isinstance(node, (ast.Import, ast.ImportFrom))
-        for a in node.names
+        name for t in trees if t is not None for node in ast.walk(t) for name in code.imported_names(node)
     }
     reads: dict[str, set[str]] = {}
     for source in sources:
