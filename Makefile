@@ -33,17 +33,17 @@ lab: setup
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
 
 notebooks: setup
-	$(PY) -m course_utils.authoring build
+	$(PY) -m course_tools.authoring build
 
 check: setup
-	$(PY) -m course_utils.authoring check
+	$(PY) -m course_tools.authoring check
 
 outputs: setup
-	$(TEST_ENV) $(PY) -m course_utils.authoring outputs $(NB)
+	$(TEST_ENV) $(PY) -m course_tools.authoring outputs $(NB)
 
 lint: setup
-	$(VENV)/bin/ruff check course_utils tests
-	$(VENV)/bin/ruff format --check course_utils tests
+	$(VENV)/bin/ruff check course_utils course_tools tests
+	$(VENV)/bin/ruff format --check course_utils course_tools tests
 
 # On every core (pytest-xdist), one test file per worker at a time, so that a file's
 # module-scoped fixtures (the graded class) are built once.
@@ -80,17 +80,17 @@ test-colab: $(COLAB_STAMP)
 	    -p no:cacheprovider $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),solutions)
 
 grade: setup
-	$(PY) -m course_utils.grade $(SUBMISSIONS) --out $(or $(OUT),grades)
+	$(PY) -m course_tools.grade $(SUBMISSIONS) --out $(or $(OUT),grades)
 
 slides: setup
-	$(PY) -m course_utils.presenting slides $(NB)
+	$(PY) -m course_tools.presenting slides $(NB)
 
 demo: setup
 	@test -n "$(NB)" || (echo "Name the notebook: make demo NB=03"; exit 2)
-	$(TEST_ENV) $(PY) -m course_utils.presenting demo $(NB)
+	$(TEST_ENV) $(PY) -m course_tools.presenting demo $(NB)
 
 bench: setup
-	$(PY) -m course_utils.bench
+	$(PY) -m course_tools.bench
 
 clean:
 	rm -rf solutions/scratch notebooks/scratch .cache/keras-test .cache/nbval_sanitize_colab.cfg

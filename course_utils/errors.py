@@ -45,10 +45,6 @@ class ExerciseError(AssertionError):
     """
 
 
-class AuthoringError(Exception):
-    """A master notebook breaks one of the conventions of :mod:`course_utils.authoring`."""
-
-
 # --------------------------------------------------------------------------- errors in one line
 #
 # Every "turn an error, or what a process printed on stderr, into one line" of the course lives

@@ -8,7 +8,7 @@ The course is tested on a range of releases, not one:
   most students run the notebooks without installing anything.
 
 Inside that range nothing extra is said. Outside it, :func:`judge` gives one plain line that says
-what may break (``course_utils.setup()`` prints it once, and ``python -m course_utils.doctor``
+what may break (``course_utils.setup()`` prints it once, and ``python -m course_tools.doctor``
 shows it in its ``versions`` row). Below TensorFlow 2.16, or with Keras 2 (``tf-keras``) as
 ``tf.keras``, the course does not work at all.
 

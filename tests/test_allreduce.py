@@ -1,11 +1,11 @@
-"""Ring all-reduce and its traffic (course_utils.allreduce)."""
+"""Ring all-reduce and its traffic (course_utils.lessons.allreduce)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from course_utils import allreduce as ar
+from course_utils.lessons import allreduce as ar
 
 
 @pytest.mark.parametrize("devices", [1, 2, 3, 4, 5, 8])

@@ -1,4 +1,4 @@
-"""The audit of answers (course_utils.grading.audit): every trick is found, no honest answer is."""
+"""The audit of answers (course_tools.grading.audit): every trick is found, no honest answer is."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import authoring
-from course_utils.grading import audit
+from course_tools import authoring
+from course_tools.grading import audit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,8 +42,8 @@ TRICKS = {
         "writes 'COURSE_GRADE'",
     ),
     "reference by attribute": (
-        "f = course_utils.reference.run_train_step",
-        "reaches `course_utils.reference`",
+        "f = course_utils.lessons.reference.run_train_step",
+        "reaches `course_utils.lessons.reference`",
     ),
     "reference step": (
         "from course_utils.models import tutorial_train_step",

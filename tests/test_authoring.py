@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import authoring
+from course_tools import authoring
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = {"repository": "https://github.com/example/course", "branch": "main"}

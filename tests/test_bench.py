@@ -1,4 +1,4 @@
-"""course_utils.bench and course_utils.loops, at tiny sizes.
+"""course_utils.lessons.bench and course_utils.lessons.loops, at tiny sizes.
 
 The end-to-end test runs the real command on one loop at 1 and 2 replicas (fresh processes, so a
 few seconds each); it checks the JSON rows and the table, not the speed.
@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from course_utils import bench, loops
+from course_tools import bench as bench_command
 from course_utils.errors import CourseError
+from course_utils.lessons import bench, loops
 
 
 def _measurement(loop: str, replicas: int, seconds: tuple[float, ...]) -> bench.Measurement:
@@ -133,7 +134,7 @@ def test_fit_times_epochs_of_one_call() -> None:
 
 def test_command_writes_rows_and_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.json"
-    code = bench.main(
+    code = bench_command.main(
         [
             "--loops",
             "ctl",
@@ -175,5 +176,5 @@ def test_command_writes_rows_and_prints_the_table(tmp_path: Path, capsys: pytest
 
 
 def test_command_refuses_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:
-    assert bench.main(["--steps", "7", "--steps-per-call", "2", "--no-limit"]) == 2
+    assert bench_command.main(["--steps", "7", "--steps-per-call", "2", "--no-limit"]) == 2
     assert "multiple of steps_per_call" in capsys.readouterr().err

@@ -1,10 +1,10 @@
-"""course_utils.callbacks: the tutorial's three-phase decay, for any number of epochs."""
+"""course_utils.lessons.callbacks: the tutorial's three-phase decay, for any number of epochs."""
 
 from __future__ import annotations
 
 import pytest
 
-from course_utils.callbacks import TUTORIAL_RATES, StepDecay, three_phase_decay
+from course_utils.lessons.callbacks import TUTORIAL_RATES, StepDecay, three_phase_decay
 
 
 def tutorial_decay(epoch: int) -> float:
@@ -92,7 +92,7 @@ def test_import_does_not_start_tensorflow():
     from course_utils.processes import run_python
 
     result = run_python(
-        "import sys, course_utils.callbacks as c; c.three_phase_decay(3)\n"
+        "import sys, course_utils.lessons.callbacks as c; c.three_phase_decay(3)\n"
         "print('tensorflow' in sys.modules, 'keras' in sys.modules)"
     )
     assert result.ok, result.stderr

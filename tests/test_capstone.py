@@ -1,4 +1,4 @@
-"""The public same-update check (course_utils.capstone) catches each trap of the capstone.
+"""The public same-update check (course_utils.lessons.capstone) catches each trap of the capstone.
 
 Each trap is planted in an otherwise right step and run on 1 and 2 replicas (the test process
 has 2 virtual CPUs); the hint must name it. The traps: the penalty not scaled, the sample
@@ -12,9 +12,10 @@ import textwrap
 
 import pytest
 
-from course_utils import capstone, run_python
+from course_utils import run_python
 from course_utils.errors import ExerciseError
 from course_utils.exercises import capstone as ex
+from course_utils.lessons import capstone
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -214,7 +215,7 @@ def test_four_replicas_after_two_in_one_process() -> None:
         """
         import course_utils, tensorflow as tf
         course_utils.use_virtual_cpus(4)
-        from course_utils import capstone
+        from course_utils.lessons import capstone
         from course_utils.exercises import capstone as ex
         from course_utils.strategies import mirrored_cpus
         mine = mirrored_cpus(2)   # the notebook's own strategy

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from checking import fails_with as _fails
 
-from course_utils import simulation as sim
 from course_utils.exercises import data_parallelism as ex
+from course_utils.lessons import simulation as sim
 
 RIGHT = ex.reference_solutions()
 

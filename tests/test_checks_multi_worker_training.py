@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.cellmeta import exercise_id, role
+from course_tools.cellmeta import exercise_id, role
 from course_utils.errors import ExerciseError
 from course_utils.exercises import multi_worker_training as ex
 

@@ -6,9 +6,9 @@ import statistics
 
 import pytest
 
-from course_utils import bench
 from course_utils.errors import ExerciseError
 from course_utils.exercises import performance as ex
+from course_utils.lessons import bench
 
 
 def _pipelined(input_rate: float, compute_rate: float, prefetch: bool) -> float:

@@ -1,10 +1,10 @@
-"""Which cells a check depends on (course_utils.grading.context): one rule per test."""
+"""Which cells a check depends on (course_tools.grading.context): one rule per test."""
 
 from __future__ import annotations
 
 import pytest
 
-from course_utils.grading.context import context_cells
+from course_tools.grading.context import context_cells
 
 
 def kept(*cells: str, needs: tuple[str, ...] = ()) -> list[int]:

@@ -1,4 +1,4 @@
-"""The same worker program on a real cluster (course_utils.deploy), checked offline.
+"""The same worker program on a real cluster (course_utils.lessons.deploy), checked offline.
 
 For Kubernetes, Vertex AI and Slurm, the code each manifest embeds is run with that engine's
 variables simulated for every task (``JOB_COMPLETION_INDEX``; ``CLUSTER_SPEC``; ``SLURM_PROCID``
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import deploy
 from course_utils.cluster import cluster_spec, make_tf_config, run_cluster, tasks_of
+from course_utils.lessons import deploy
 
 ENGINES = ["kubernetes", "vertex", "slurm"]
 SHAPES = {

@@ -1,4 +1,4 @@
-"""course_utils.diagnostics: the update factor of a distributed train step."""
+"""course_utils.lessons.diagnostics: the update factor of a distributed train step."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import os
 import numpy as np
 import pytest
 
-from course_utils.diagnostics import (
+from course_utils.errors import CourseError
+from course_utils.lessons.diagnostics import (
     UpdateFactor,
     compare_updates,
     cpu_replicas,
     update_factor,
 )
-from course_utils.errors import CourseError
 
 GLOBAL_BATCH = 8
 

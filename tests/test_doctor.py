@@ -1,4 +1,4 @@
-"""``python -m course_utils.doctor``: its table and JSON, failures as one row each, the clean-up of its
+"""``python -m course_tools.doctor``: its table and JSON, failures as one row each, the clean-up of its
 cluster, and one real run end to end (the slow test of this file, about a minute).
 
 The orchestration is tested with fake checks (no process, no TensorFlow); the cluster's clean-up
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from course_tools import doctor
+from course_tools.doctor import FAIL, NOTE, OK, Check, Row
 from course_utils import cluster as cl
-from course_utils import doctor
-from course_utils.doctor import FAIL, NOTE, OK, Check, Row
 from course_utils.processes import RESULT_MARKER
 
 SHOW = "course_utils.workers.show_tf_config"
@@ -168,7 +168,7 @@ def test_the_cluster_check_leaves_no_process_and_no_port_when_it_fails(args, rea
 
 
 def test_the_real_doctor_end_to_end(tmp_path: Path, capsys) -> None:
-    """Every check for real, as `python -m course_utils.doctor --json FILE` runs them."""
+    """Every check for real, as `python -m course_tools.doctor --json FILE` runs them."""
     from course_utils.versions import NEWEST, installed, release
 
     out_file = tmp_path / "doctor.json"

@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import authoring
+from course_tools import authoring
 
 
 def _run(cells: list[str], tmp_path: Path, env: dict[str, str]) -> list:

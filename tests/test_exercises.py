@@ -2,7 +2,7 @@
 
 The masters' stored outputs (what strict nbval reproduces) must show each check passing. Each
 notebook is then run as the grader runs a student who changed nothing: the checks' context only
-(:mod:`course_utils.grading.context`), every placeholder still in place. Each check cell must fail
+(:mod:`course_tools.grading.context`), every placeholder still in place. Each check cell must fail
 with an ExerciseError (a hint), not another exception, and what Jupyter shows under it must be
 that one-line hint, not a traceback. The master's answers and checks then run again in the same
 kernel and must pass: the context the grader keeps is enough, and a check re-run after a fix works.
@@ -17,9 +17,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import authoring
-from course_utils.cellmeta import exercise_id, role
-from course_utils.grading import code, context, course, extract
+from course_tools import authoring
+from course_tools.cellmeta import exercise_id, role
+from course_tools.grading import code, context, course, extract
 
 ROOT = Path(__file__).resolve().parents[1]
 MASTERS = sorted((ROOT / "solutions").glob("*.ipynb"))

@@ -1,4 +1,4 @@
-"""The grader, ``python -m course_utils.grade``: its parts on their own, then a whole made-up class.
+"""The grader, ``python -m course_tools.grade``: its parts on their own, then a whole made-up class.
 
 The class (tests/fixtures/make_class.py) is generated from the current master of notebook 00 and
 graded once, by the real command, with 2 jobs and a 10 s cell timeout; each test below checks one
@@ -22,8 +22,8 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from course_utils.cellmeta import course_meta, exercise_id, role
-from course_utils.grading import (
+from course_tools.cellmeta import course_meta, exercise_id, role
+from course_tools.grading import (
     code,
     course,
     extract,
@@ -357,7 +357,7 @@ def test_usage_errors_exit_2(tmp_path) -> None:
         [
             sys.executable,
             "-m",
-            "course_utils.grade",
+            "course_tools.grade",
             str(tmp_path / "missing"),
             "--out",
             str(tmp_path / "out"),
@@ -405,7 +405,7 @@ def graded_class(tmp_path_factory):
     command = [
         sys.executable,
         "-m",
-        "course_utils.grade",
+        "course_tools.grade",
         *made["submissions"],
         "--course",
         str(the_course),
@@ -673,7 +673,7 @@ def test_three_shards_merge_into_the_unsharded_report(graded_class) -> None:
     assert sum(sizes) == len(graded_class.expected) and min(sizes) >= 1
     # An incomplete set is refused, naming what is missing.
     done = _grade_command(
-        [sys.executable, "-m", "course_utils.grade", "merge", "shard-1", "shard-3", "--out", "partial"], base
+        [sys.executable, "-m", "course_tools.grade", "merge", "shard-1", "shard-3", "--out", "partial"], base
     )
     assert done.returncode == 2 and "shard(s) 2/3 missing" in done.stderr
     assert not (base / "partial" / "report.json").exists()
@@ -681,7 +681,7 @@ def test_three_shards_merge_into_the_unsharded_report(graded_class) -> None:
         [
             sys.executable,
             "-m",
-            "course_utils.grade",
+            "course_tools.grade",
             "merge",
             "shard-1",
             "shard-2",
@@ -721,13 +721,13 @@ def test_batch_system_files_use_shards_and_merge() -> None:
     script = ROOT / "docs" / "grading" / "slurm-array.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
-    assert "#SBATCH --array=1-" in text and '--shard "$K/$N"' in text and "course_utils.grade merge" in text
+    assert "#SBATCH --array=1-" in text and '--shard "$K/$N"' in text and "course_tools.grade merge" in text
     manifest = (ROOT / "docs" / "grading" / "k8s-indexed-job.yaml").read_text()
     try:
         import yaml
     except ImportError:  # no PyYAML: the structure, read as text
         assert manifest.count("kind: Job") == 2 and "completionMode: Indexed" in manifest
-        assert "JOB_COMPLETION_INDEX + 1" in manifest and "course_utils.grade merge" in manifest
+        assert "JOB_COMPLETION_INDEX + 1" in manifest and "course_tools.grade merge" in manifest
         return
     grade, merge = list(yaml.safe_load_all(manifest))
     assert (grade["apiVersion"], grade["kind"], merge["kind"]) == ("batch/v1", "Job", "Job")
@@ -740,7 +740,7 @@ def test_batch_system_files_use_shards_and_merge() -> None:
         assert subprocess.run(["bash", "-n"], input=container["args"][0], text=True).returncode == 0
     args = grade["spec"]["template"]["spec"]["containers"][0]["args"][0]
     assert "JOB_COMPLETION_INDEX + 1" in args and '--shard "$K/$SHARDS"' in args
-    assert "course_utils.grade merge" in merge["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    assert "course_tools.grade merge" in merge["spec"]["template"]["spec"]["containers"][0]["args"][0]
 
 
 # --------------------------------------------------------------------------- the Gradescope autograder
@@ -781,7 +781,7 @@ def autograder(tmp_path_factory, graded_class):
         [
             sys.executable,
             "-m",
-            "course_utils.grade",
+            "course_tools.grade",
             "gradescope",
             "00",
             "--course",
@@ -844,7 +844,7 @@ def test_autograder_zip_has_what_gradescope_runs(autograder) -> None:
     assert {"setup.sh", "run_autograder", "config.json", "requirements.txt"} <= names
     assert autograder.modes["setup.sh"] == 0o755 and autograder.modes["run_autograder"] == 0o755
     assert f"course/solutions/{NB}.ipynb" in names and "course/tests/nbval_sanitize.cfg" in names
-    assert "course/course_utils/grading/engine.py" in names and "course/course_utils/checks.py" in names
+    assert "course/course_tools/grading/engine.py" in names and "course/course_utils/checks.py" in names
     assert not any("__pycache__" in n for n in names)
     assert not any(n.startswith("course/solutions/") and NB not in n for n in names)  # one master only
     requirements = (autograder.source / "requirements.txt").read_text()

@@ -18,8 +18,8 @@ import nbformat
 import pytest
 from browser import PAGE_LOAD, launch, playwright_or_skip
 
-from course_utils import presenting
-from course_utils.cellmeta import role
+from course_tools import presenting
+from course_tools.cellmeta import role
 
 ROOT = Path(__file__).resolve().parents[1]
 DECK_OF = "07_multi_worker_training"

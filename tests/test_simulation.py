@@ -1,11 +1,11 @@
-"""The NumPy simulation of synchronous data parallelism (course_utils.simulation)."""
+"""The NumPy simulation of synchronous data parallelism (course_utils.lessons.simulation)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from course_utils import simulation as sim
+from course_utils.lessons import simulation as sim
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""course_utils.support: the probes and the support matrix of notebook 02.
+"""course_utils.lessons.support: the probes and the support matrix of notebook 02.
 
 The cluster runs (run_multi_worker, run_parameter_server) start fresh processes and are exercised
 by notebook 02 under nbval; here we test the probes in this process and the pure helpers.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from course_utils import support
 from course_utils.errors import exception_line
-from course_utils.support import Outcome, Row
+from course_utils.lessons import support
+from course_utils.lessons.support import Outcome, Row
 
 
 def test_probes_train_on_two_replicas(two_replicas):

@@ -1,4 +1,4 @@
-"""Pictures and the batch-split explorer of notebook 01 (course_utils.widgets)."""
+"""Pictures and the batch-split explorer of notebook 01 (course_utils.lessons.widgets)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from course_utils import widgets as W
+from course_utils.lessons import widgets as W
 
 
 def test_split_summary_numbers() -> None:

@@ -1,4 +1,4 @@
-"""Checks for notebook 10, the capstone, built on :mod:`course_utils.capstone`.
+"""Checks for notebook 10, the capstone, built on :mod:`course_utils.lessons.capstone`.
 
 The capstone's single-device script (the same constants and code as the notebook's cell) is here
 too: it is the one-device reference the checks compare the student's distributed step with.
@@ -10,8 +10,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .. import capstone
 from ..checks import exercise, expect, passed
+from ..lessons import capstone
 from ..runtime import import_tensorflow as _tf
 
 #: The script's settings: an L2 penalty, shirts weighted 3x, clipping by the global norm.
@@ -49,7 +49,7 @@ def sample_weights(labels: Any) -> np.ndarray:
 
 def check_data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``CHECK_STEPS`` global batches of the course's built-in Fashion-MNIST-like images."""
-    from ..reference import check_batch
+    from ..lessons.reference import check_batch
 
     images, labels = check_batch(CHECK_BATCH * CHECK_STEPS, seed=3)
     return images, labels, sample_weights(labels)
@@ -110,7 +110,7 @@ def make_script_step(model: Any, optimizer: Any, metric: Any, global_batch_size:
 def same_update(
     make_train_step: Any, *, reference: Any = make_script_step, **kwargs: Any
 ) -> capstone.SameUpdate:
-    """:func:`course_utils.capstone.same_update` on the capstone's model, data and optimizer,
+    """:func:`course_utils.lessons.capstone.same_update` on the capstone's model, data and optimizer,
     compared with the script's step on one device (``reference=None``: with the port's own
     run on 1 replica)."""
     options: dict[str, Any] = dict(

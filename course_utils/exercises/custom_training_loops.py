@@ -1,7 +1,7 @@
 """Checks for notebook 04, custom training loops.
 
 Every check that is about distribution runs the student's code on one device and on a 2-replica
-``MirroredStrategy`` over virtual CPUs (:func:`course_utils.reference.checking_strategy`) from the
+``MirroredStrategy`` over virtual CPUs (:func:`course_utils.lessons.reference.checking_strategy`) from the
 same weights and the same global batch, and compares both with a single-device reference written
 out here. Code that is right on one replica and wrong on two fails on the second run, whatever
 strategy the notebook itself runs under.
@@ -26,9 +26,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .. import reference as ref
 from ..checks import exercise, expect, expect_close, passed
 from ..errors import ExerciseError, ReplicaCountError
+from ..lessons import reference as ref
 from ..runtime import import_tensorflow as _tf
 
 #: Penalties passed as ``model_losses`` in the padded_loss check (their sum is 0.5).

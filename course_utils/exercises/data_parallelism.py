@@ -6,8 +6,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import simulation as sim
 from ..checks import exercise, expect, expect_close, passed
+from ..lessons import simulation as sim
 from ..strategies import mirrored_cpus
 
 
@@ -119,7 +119,7 @@ def check_updates_per_epoch(prediction: Any) -> None:
 def _epoch_traffic(
     num_params: int, examples: int, per_replica_batch: int, replicas: int, width: int = 4
 ) -> float:
-    from ..allreduce import ring_bytes_per_device
+    from ..lessons.allreduce import ring_bytes_per_device
 
     steps = -(-examples // (per_replica_batch * replicas))
     return steps * ring_bytes_per_device(num_params, replicas, bytes_per_param=width)
@@ -127,7 +127,7 @@ def _epoch_traffic(
 
 def check_epoch_traffic(epoch_traffic: Callable[..., float]) -> None:
     """``epoch_traffic(num_params, examples, per_replica_batch, replicas, bytes_per_param=4)``."""
-    from ..allreduce import ring_bytes_per_device
+    from ..lessons.allreduce import ring_bytes_per_device
 
     cases = [  # (parameters, examples, per-replica batch, replicas, bytes per parameter)
         (1_000, EPOCH_EXAMPLES, PER_REPLICA_BATCH, 2, 4),

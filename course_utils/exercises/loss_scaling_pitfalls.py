@@ -1,7 +1,7 @@
 """Checks for notebook 05, loss-scaling pitfalls.
 
 Every check runs the student's code on 2 replicas next to a correct single-device reference with
-:func:`course_utils.diagnostics.update_factor`, so that code that is right on one replica and
+:func:`course_utils.lessons.diagnostics.update_factor`, so that code that is right on one replica and
 wrong on two fails, and the hint names the factor it found (``2.00x``) and the usual cause.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..checks import exercise, expect, passed
-from ..diagnostics import UpdateFactor, cpu_replicas, update_factor
+from ..lessons.diagnostics import UpdateFactor, cpu_replicas, update_factor
 
 REPLICAS = 2
 FEATURES = 4

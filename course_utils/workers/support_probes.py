@@ -1,4 +1,4 @@
-"""The two cluster programs of notebook 02's support matrix (run by :mod:`course_utils.support`).
+"""The two cluster programs of notebook 02's support matrix (run by :mod:`course_utils.lessons.support`).
 
 ``python -m course_utils.workers.support_probes multi_worker`` runs in each process of a real
 multi-worker cluster (its ``TF_CONFIG`` set by the launcher); ``... parameter_server N`` starts
@@ -18,7 +18,7 @@ def multi_worker() -> None:
     from course_utils.runtime import import_tensorflow
 
     tf = import_tensorflow()
-    from course_utils import support
+    from course_utils.lessons import support
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     out = {"replicas": strategy.num_replicas_in_sync}
@@ -33,8 +33,8 @@ def parameter_server(workers: int) -> None:
     tf = import_tensorflow()
     import keras
 
-    from course_utils import support
     from course_utils.cluster import cluster_spec
+    from course_utils.lessons import support
 
     ps = 1
     cluster = cluster_spec(workers=workers, ps=ps)

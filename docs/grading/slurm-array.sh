@@ -4,7 +4,7 @@
 #   mkdir -p grades/logs
 #   jobid=$(sbatch --parsable docs/grading/slurm-array.sh /shared/week1)
 #   sbatch --dependency=afterany:"$jobid" --output=grades/logs/merge-%j.out \
-#       --wrap '.venv/bin/python -m course_utils.grade merge grades/shard-* --out grades/week1'
+#       --wrap '.venv/bin/python -m course_tools.grade merge grades/shard-* --out grades/week1'
 #
 # Submit from the course folder (it holds .venv, set up with `make setup`, and solutions/), on a
 # file system every node sees. Task K of N grades the K-th slice of the class (--shard K/N): every
@@ -35,7 +35,7 @@ OUT="${GRADES:-grades}/shard-$K"
 
 cd "${SLURM_SUBMIT_DIR:-.}"
 # The runs' temporary folders go to the node's local disk, not the shared file system.
-exec .venv/bin/python -m course_utils.grade "$@" \
+exec .venv/bin/python -m course_tools.grade "$@" \
     --shard "$K/$N" \
     --out "$OUT" \
     -j "$JOBS" \

@@ -1,4 +1,4 @@
-"""``python -m course_utils.doctor [--json FILE]``: is this runtime ready for the course?
+"""``python -m course_tools.doctor [--json FILE]``: is this runtime ready for the course?
 
 In about a minute, on whatever machine it runs (a laptop, Colab's CPU, GPU or TPU runtimes, a
 lab machine), the doctor checks what the notebooks rely on and prints one row per check::
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from .errors import last_error_line, shorten_error
+from course_utils.errors import last_error_line, shorten_error
 
 OK, NOTE, FAIL = "ok", "note", "FAIL"
 STATUSES = (OK, NOTE, FAIL)
@@ -141,7 +141,7 @@ class Findings:
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
-        from .versions import tested_range
+        from course_utils.versions import tested_range
 
         return {
             "ok": self.ok,
@@ -195,15 +195,15 @@ def in_fresh_process(
     gpus: bool = False,
     failure: str = FAIL,
 ) -> Callable[[float], list[Row]]:
-    """A check's ``run`` that calls ``course_utils.doctor.<function>()`` in a new Python process
+    """A check's ``run`` that calls ``course_tools.doctor.<function>()`` in a new Python process
     (``COURSE_REPLICAS=replicas`` when given; GPUs hidden unless ``gpus``) and reads the rows it
     prints. A crash or a timeout becomes the check's rows with status ``failure`` and the reason."""
 
     def run(timeout: float) -> list[Row]:
-        from .errors import CourseError
-        from .processes import run_python
+        from course_utils.errors import CourseError
+        from course_utils.processes import run_python
 
-        code = f"from course_utils import doctor\ndoctor.emit(doctor.{function}())\n"
+        code = f"from course_tools import doctor\ndoctor.emit(doctor.{function}())\n"
         try:
             result = run_python(code, replicas=replicas, timeout=timeout, gpus=gpus)
         except CourseError:
@@ -222,14 +222,14 @@ def in_fresh_process(
 def emit(rows: Sequence[Row]) -> None:
     """Print ``rows`` as one result line (how a check's fresh process hands them back; the
     protocol of :func:`course_utils.processes.print_result`)."""
-    from .processes import print_result
+    from course_utils.processes import print_result
 
     print_result({"doctor_rows": [r.as_dict() for r in rows]})
 
 
 def parse_rows(stdout: str) -> Optional[list[Row]]:
     """The rows a fresh process printed with :func:`emit`, or None when it printed none."""
-    from .processes import parse_result
+    from course_utils.processes import parse_result
 
     for line in reversed(stdout.splitlines()):
         data = parse_result(line)
@@ -250,7 +250,7 @@ def parse_rows(stdout: str) -> Optional[list[Row]]:
 
 def versions_rows() -> list[Row]:
     """The versions against the tested range, read from the package metadata (no import)."""
-    from .versions import installed, judge, legacy_keras
+    from course_utils.versions import installed, judge, legacy_keras
 
     found = installed()
     python = f"Python {platform.python_version()}"
@@ -282,7 +282,8 @@ def check_runtime() -> list[Row]:
     ``get_strategy()`` gives and the chain ``auto`` tried, then ``Model.fit`` and the custom loop
     (Adam built in the scope) for two steps each under that strategy."""
     import course_utils
-    from course_utils import hardware, support
+    from course_utils import hardware
+    from course_utils.lessons import support
     from course_utils.runtime import devices_line
 
     settings = course_utils.setup(show_report=False)
@@ -319,7 +320,7 @@ def check_factor() -> list[Row]:
     """One SGD step of the course CNN on 2 replicas against the step written out on one device:
     the update must be 1.00x the single-device one (what every check of the course relies on)."""
     import course_utils
-    from course_utils import reference
+    from course_utils.lessons import reference
 
     course_utils.use_virtual_cpus(2)  # before the first model starts TensorFlow
     weights = reference.initial_weights()
@@ -342,7 +343,7 @@ def check_factor() -> list[Row]:
 def check_trap_23085() -> list[Row]:
     """keras-team/keras#23085: the custom loop with an Adam that is not built before the first
     step, on the collective MirroredStrategy over 2 virtual CPUs."""
-    from course_utils import support
+    from course_utils.lessons import support
     from course_utils.strategies import mirrored_cpus
 
     outcome = support.attempt(support.custom_loop_probe, mirrored_cpus(2), build_optimizer=False)
@@ -364,7 +365,7 @@ def check_trap_steps_per_execution() -> list[Row]:
     virtual CPUs."""
     import keras
 
-    from course_utils import support
+    from course_utils.lessons import support
     from course_utils.strategies import mirrored_cpus
 
     def fit_two_per_call(strategy: Any) -> list[float]:
@@ -407,7 +408,7 @@ def check_data() -> list[Row]:
 
 
 #: The program every task of the cluster check runs.
-CLUSTER_WORKER = "course_utils.workers.doctor"
+CLUSTER_WORKER = "course_tools.doctor_worker"
 
 
 def cluster_rows(
@@ -417,9 +418,15 @@ def cluster_rows(
     one synchronous training step (the same weights on both workers after it), then
     ``Model.fit`` (keras-team/keras#20585), stopped; no process and no port may be left.
 
-    ``target`` and ``args`` name the worker program (:mod:`course_utils.workers.doctor`; the
+    ``target`` and ``args`` name the worker program (:mod:`course_tools.doctor_worker`; the
     tests pass others to make the cluster fail)."""
-    from .cluster import ClusterError, LocalCluster, WorkerFailed, leftover_processes, port_is_free
+    from course_utils.cluster import (
+        ClusterError,
+        LocalCluster,
+        WorkerFailed,
+        leftover_processes,
+        port_is_free,
+    )
 
     cluster = LocalCluster(
         target,
@@ -428,7 +435,7 @@ def cluster_rows(
         verbose=False,
         timeout=timeout,
         start_timeout=timeout,
-        name="course_utils.doctor",
+        name="course_tools.doctor",
     )
     steps: dict[str, str] = {}
     fit_line = ""
@@ -543,7 +550,7 @@ def run(
     ``checks`` defaults to :func:`default_checks`. ``show=True`` prints the table. Without
     TensorFlow installed, the checks that need it are not started and say so.
     """
-    from .versions import installed
+    from course_utils.versions import installed
 
     start = time.monotonic()
     checks = list(default_checks() if checks is None else checks)
@@ -570,7 +577,7 @@ def run(
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line: print the table, write ``--json FILE``; 1 when a row says FAIL."""
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.doctor",
+        prog="python -m course_tools.doctor",
         description="Check in about a minute that this runtime runs the course (each check in a fresh process).",
     )
     parser.add_argument("--json", metavar="FILE", help="also write the rows to FILE as JSON")

@@ -1,4 +1,4 @@
-"""The pytest plugin the grader loads into every grading run (``-p course_utils.grading.plugin``).
+"""The pytest plugin the grader loads into every grading run (``-p course_tools.grading.plugin``).
 
 It is loaded by name from the installed package, never from the run's folder, so nothing a
 student hands in can replace it. For each notebook cell nbval runs, it

@@ -2,10 +2,10 @@
 
 Usage::
 
-    python -m course_utils.authoring build     # write notebooks/ (and refresh the masters' headers)
-    python -m course_utils.authoring check     # exit 1 when notebooks/ or a header is stale
-    python -m course_utils.authoring outputs   # re-execute solutions/ in place (reference outputs)
-    python -m course_utils.authoring words     # words of markdown per master
+    python -m course_tools.authoring build     # write notebooks/ (and refresh the masters' headers)
+    python -m course_tools.authoring check     # exit 1 when notebooks/ or a header is stale
+    python -m course_tools.authoring outputs   # re-execute solutions/ in place (reference outputs)
+    python -m course_tools.authoring words     # words of markdown per master
 
 Conventions in a master (all in cell metadata under ``"course"``):
 
@@ -24,7 +24,7 @@ Conventions in a master (all in cell metadata under ``"course"``):
 with nbgrader too; the mirror is generated, so it never drifts from ``metadata.course``.
 
 ``build`` also writes every cell's ``metadata.slideshow.slide_type`` from the headings (slides for
-JupyterLab's RISE and ``make slides``; see :mod:`course_utils.presenting`), and ``check`` wants
+JupyterLab's RISE and ``make slides``; see :mod:`course_tools.presenting`), and ``check`` wants
 each master to tag its demo path: 5 to 8 code cells with the cell tag ``demo``.
 """
 
@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from .cellmeta import DEFAULT_POINTS, course_meta
+from .cellmeta import AuthoringError as AuthoringError
 from .cellmeta import exercise_id as exercise_id
 from .cellmeta import points as points
 from .cellmeta import role as role
-from .errors import AuthoringError as AuthoringError
 from .presenting import demo_problems, mark_slides
 
 BEGIN = "### BEGIN SOLUTION"
@@ -486,7 +486,7 @@ def execute_in_place(path: Path, env: Optional[dict[str, str]] = None, timeout: 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.authoring", description=__doc__.split("\n")[0]
+        prog="python -m course_tools.authoring", description=__doc__.split("\n")[0]
     )
     parser.add_argument("command", choices=["build", "check", "outputs", "words"])
     parser.add_argument("notebooks", nargs="*", help="with outputs: only these masters (names or paths)")
@@ -508,7 +508,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 print(f"stale: {path.relative_to(root)}")
             if bad:
                 print(
-                    "Run `python -m course_utils.authoring build` (or `make notebooks`) and commit the result."
+                    "Run `python -m course_tools.authoring build` (or `make notebooks`) and commit the result."
                 )
             if bad or problems:
                 return 1

@@ -7,7 +7,7 @@ maximum points of every notebook in the report.
 
 ``report.json`` holds everything the other files are written from (results with their notes,
 sources and run times; each notebook's points; how the runs were set up), so that
-``python -m course_utils.grade merge`` rebuilds the whole report from the shards' JSON files.
+``python -m course_tools.grade merge`` rebuilds the whole report from the shards' JSON files.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..errors import first_line
+from course_utils.errors import first_line
+
 from .verdict import NOTEBOOK_STATUSES
 
 ICONS = {"passed": "✅", "failed": "❌", "error": "⚠️", "timeout": "⏱️", "missing": "➖", "flagged": "🚩"}
@@ -426,7 +427,7 @@ def header(results: list[Result], run: dict[str, Any]) -> list[str]:
             "",
             f"Shard {shard['index']} of {shard['count']}: {len(results)} of the class's "
             f"{shard['class_size']} submission(s). Combine the shards with "
-            "`python -m course_utils.grade merge`.",
+            "`python -m course_tools.grade merge`.",
         ]
     lines += [
         "",

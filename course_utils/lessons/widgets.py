@@ -365,7 +365,7 @@ def frontend_renders_widgets() -> bool:
     shell = get_ipython()
     if shell is None or getattr(shell, "kernel", None) is None:
         return False
-    from .devices import in_colab
+    from ..devices import in_colab
 
     return bool(os.environ.get("JPY_SESSION_NAME") or in_colab() or "__vsc_ipynb_file__" in shell.user_ns)
 

@@ -6,7 +6,7 @@ the K-th: the slices are disjoint, cover the class, differ in size by one at mos
 notebooks (a slow notebook does not land on one task). A shard's ``report.json`` records which
 shard it is and a digest of the whole class, so that
 
-``python -m course_utils.grade merge DIR... --out DIR`` can refuse to combine shards of different
+``python -m course_tools.grade merge DIR... --out DIR`` can refuse to combine shards of different
 classes, or an incomplete set, instead of writing a gradebook with students silently missing.
 The merged report is written from the shards' ``report.json`` files by the same code as an
 unsharded run's, and the graded notebooks are copied over.
@@ -162,7 +162,7 @@ def merge(folders: list[Path], out: Path) -> list[report.Result]:
 
 def merge_main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.grade merge",
+        prog="python -m course_tools.grade merge",
         description="Combine the reports of a class graded in shards (--shard K/N) into one report.",
     )
     parser.add_argument("folders", nargs="+", metavar="DIR", help="the --out folder of each shard")

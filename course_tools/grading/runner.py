@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..processes import PeakMemory
+from course_utils.processes import PeakMemory
+
 from . import protocol, sandbox
 from .extract import GradedNotebook
 
@@ -122,7 +123,7 @@ def pytest_command(notebook: str, graded: GradedNotebook, options: RunOptions, f
         "-p",
         "nbval.plugin",
         "-p",
-        "course_utils.grading.plugin",
+        "course_tools.grading.plugin",
         "-q",
         "--tb=short",
         "-W",
@@ -146,7 +147,7 @@ def pytest_command(notebook: str, graded: GradedNotebook, options: RunOptions, f
 
 def _kill_leftovers(token: str) -> None:
     """Kill the processes of one run that outlived it (they carry its COURSE_GRADE_RUN token)."""
-    from ..processes import processes_marked
+    from course_utils.processes import processes_marked
 
     for pid in processes_marked("COURSE_GRADE_RUN", token):
         try:

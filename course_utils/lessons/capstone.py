@@ -5,7 +5,7 @@ weights after the same steps from the same start, the same reported loss, the sa
 :func:`same_update` measures exactly that, and :func:`check_same_update` raises
 :class:`~course_utils.errors.ExerciseError` with a one-line hint naming what differs::
 
-    from course_utils.capstone import check_same_update
+    from course_utils.lessons.capstone import check_same_update
 
     check_same_update(
         make_train_step,            # (model, optimizer, metric, global_batch_size) -> train_step
@@ -43,8 +43,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from .errors import ConfigError, ExerciseError, describe_raised
-from .runtime import import_tensorflow as _tf
+from ..errors import ConfigError, ExerciseError, describe_raised
+from ..runtime import import_tensorflow as _tf
 
 __all__ = ["Run", "Comparison", "SameUpdate", "same_update", "check_same_update", "checking_strategy"]
 
@@ -68,7 +68,7 @@ def checking_strategy(replicas: int) -> Any:
     """The default strategy for 1, else the course's ``MirroredStrategy`` over ``/cpu:0`` ...
     (no line printed; one per replica count and process, with collective keys of its own, so its
     all-reduces cannot collide with other strategies in this process)."""
-    from .strategies import default_strategy, mirrored_cpus
+    from ..strategies import default_strategy, mirrored_cpus
 
     if replicas == 1:
         return default_strategy()

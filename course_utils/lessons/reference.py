@@ -29,9 +29,9 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from .errors import stable_error_line as stable_error_line  # notebook 04 calls it from here
-from .models import tutorial_train_step  # noqa: F401 - the right step, compared with here (notebook 04)
-from .runtime import import_tensorflow as _tf
+from ..errors import stable_error_line as stable_error_line  # notebook 04 calls it from here
+from ..models import tutorial_train_step  # noqa: F401 - the right step, compared with here (notebook 04)
+from ..runtime import import_tensorflow as _tf
 
 #: Replicas of the checking strategy, examples in the check batch, and the step's settings.
 CHECK_REPLICAS = 2
@@ -55,14 +55,14 @@ def checking_strategy(replicas: int = CHECK_REPLICAS) -> Any:
     anything else uses TensorFlow. Otherwise :class:`~course_utils.errors.ReplicaCountError`
     says what to do.
     """
-    from .strategies import mirrored_cpus
+    from ..strategies import mirrored_cpus
 
     return mirrored_cpus(replicas, needed_by="The check (your step on several replicas against one device)")
 
 
 def check_batch(size: int = CHECK_BATCH, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``size`` Fashion-MNIST-like images (``float32`` in [0, 1], 28x28x1) and ``int64`` labels."""
-    from . import _synthetic
+    from .. import _synthetic
 
     images, labels = _synthetic.make_images("fashion_mnist", size, seed=seed)
     return images.astype(np.float32) / np.float32(255.0), labels.astype(np.int64)
@@ -73,7 +73,7 @@ def check_model(seed: int = 0) -> Any:
 
     Build it inside a strategy's scope to get distributed variables.
     """
-    from .models import custom_training_cnn
+    from ..models import custom_training_cnn
 
     return custom_training_cnn(l2=CHECK_L2, seed=seed)
 

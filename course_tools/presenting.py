@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m course_utils.presenting slides [NN ...]   # build/slides/NN_name.slides.html (make slides)
-    python -m course_utils.presenting demo NN           # run NN's demo path in a fresh kernel (make demo NB=NN)
+    python -m course_tools.presenting slides [NN ...]   # build/slides/NN_name.slides.html (make slides)
+    python -m course_tools.presenting demo NN           # run NN's demo path in a fresh kernel (make demo NB=NN)
 
 **Slides.** Every cell of a master carries ``metadata.slideshow.slide_type``, which JupyterLab's
 RISE extension (``jupyterlab-rise``) and ``nbconvert --to slides`` read. ``authoring build``
@@ -17,7 +17,7 @@ writes it from the headings (:func:`slide_types`), in the masters and the studen
 * the badges cell is skipped.
 
 **Decks.** :func:`build_slides` exports each master, with its stored outputs, through nbconvert's
-``SlidesExporter`` and the course's template (``course_utils/templates/course_reveal``), which
+``SlidesExporter`` and the course's template (``course_tools/templates/course_reveal``), which
 loads reveal.js from ``build/slides/reveal.js/``: a copy of the reveal.js that the
 ``sphinx-revealjs`` package ships (pinned in requirements.txt). A deck then needs no network,
 except MathJax, which only the decks with formulas (notebook 01) load from its CDN: without a
@@ -299,10 +299,10 @@ def build_slides(root: Path, names: Sequence[str] = (), out: Optional[Path] = No
 
 def main(argv: Optional[list[str]] = None) -> int:
     from .authoring import find_root
-    from .errors import AuthoringError
+    from .cellmeta import AuthoringError
 
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.presenting", description=__doc__.split("\n")[0]
+        prog="python -m course_tools.presenting", description=__doc__.split("\n")[0]
     )
     parser.add_argument("command", choices=["slides", "demo"])
     parser.add_argument("notebooks", nargs="*", help="notebook numbers or names (slides: default all)")

@@ -10,8 +10,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from ..errors import CourseError, last_error_line
-from ..processes import last_result, print_result
+from ...errors import CourseError, last_error_line
+from ...processes import last_result, print_result
 from .flops import LayerFlops, MachineLimit, ModelFlops, machine_limit
 from .settings import BenchConfig, Measurement
 
@@ -117,10 +117,10 @@ def _child(spec: dict[str, Any]) -> None:
     """Run in a fresh process by :func:`measure_many`: set up the replicas, time, print one line."""
     turns = _Turns(**spec["turns"]) if spec.get("turns") else None
     try:
-        from ..data import FAST_SIZES, load_fashion_mnist
-        from ..devices import use_op_threads
-        from ..runtime import setup
-        from ..strategies import mirrored_cpus
+        from ...data import FAST_SIZES, load_fashion_mnist
+        from ...devices import use_op_threads
+        from ...runtime import setup
+        from ...strategies import mirrored_cpus
 
         setup(seed=42, show_report=False)
         replicas = int(spec["replicas"])
@@ -148,7 +148,7 @@ def _child(spec: dict[str, Any]) -> None:
 
 
 def _limit_child(size: int) -> None:
-    from ..runtime import setup
+    from ...runtime import setup
 
     setup(seed=42, show_report=False)
     limit = machine_limit(size)
@@ -156,9 +156,9 @@ def _limit_child(size: int) -> None:
 
 
 def _run_child(call: str, *, replicas: int, timeout: float, what: str) -> dict[str, Any]:
-    from ..processes import run_python
+    from ...processes import run_python
 
-    code = f"from course_utils.bench.measure import _child, _limit_child\n{call}\n"
+    code = f"from course_utils.lessons.bench.measure import _child, _limit_child\n{call}\n"
     # The child sets up its own devices: nothing of the caller's COURSE_* settings may leak in
     # (a notebook running under COURSE_REPLICAS=2 would otherwise split the CPU of every child).
     env = {"COURSE_OFFLINE": "1", "COURSE_STRATEGY": "default"}

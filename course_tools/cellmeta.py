@@ -1,7 +1,7 @@
 """The one reader of ``metadata.course``, the course's own metadata on a cell or a notebook.
 
 A master's cells say what they are under ``metadata.course`` (``role``, ``exercise``, ``points``;
-see :mod:`course_utils.authoring`), and a notebook says its ``notebook`` name and ``topic`` there.
+see :mod:`course_tools.authoring`), and a notebook says its ``notebook`` name and ``topic`` there.
 Authoring, presenting and the grader all read it through :func:`course_meta`, which takes a plain
 dict (a submission read as JSON), an nbformat node, or anything with a ``metadata`` attribute, and
 gives ``{}`` whatever is missing or is not a dict (a student's notebook may hold anything).
@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import AuthoringError
+
+class AuthoringError(Exception):
+    """A master notebook breaks one of the conventions of :mod:`course_tools.authoring`."""
+
 
 #: What an exercise is worth when its solution cell does not say (``metadata.course.points``).
 DEFAULT_POINTS = 1

@@ -1,6 +1,6 @@
 """A Gradescope autograder for one course notebook.
 
-``python -m course_utils.grade gradescope NOTEBOOK --out autograder.zip`` writes the zip to
+``python -m course_tools.grade gradescope NOTEBOOK --out autograder.zip`` writes the zip to
 upload as a Gradescope "programming assignment" autograder. At its root:
 
 * ``setup.sh``: run once by Gradescope when it builds the autograder's image (as root, on its
@@ -17,7 +17,7 @@ upload as a Gradescope "programming assignment" autograder. At its root:
 run the autograder in a temporary folder); ``COURSE_AUTOGRADER_PYTHON`` names the Python that
 ``run_autograder`` uses instead of ``/autograder/venv/bin/python``.
 
-In the container, ``python -m course_utils.grading.gradescope`` is the entry point of
+In the container, ``python -m course_tools.grading.gradescope`` is the entry point of
 ``run_autograder``. A submission that cannot be graded (no notebook in it, a file that is not a
 notebook, a kernel that would not start) gets score 0 with the reason shown to the student, never a
 silent zero; if even Python cannot start, ``run_autograder`` writes that failure itself.
@@ -105,7 +105,7 @@ fi
 "$ROOT/venv/bin/python" -m pip install --no-cache-dir -r "$HERE/requirements.txt"
 # Fail the build now, not at the first submission, if anything the grader imports is missing.
 PYTHONPATH="$HERE/course" "$ROOT/venv/bin/python" -c \\
-    "import nbval, ipykernel, tensorflow, course_utils.grading.gradescope"
+    "import nbval, ipykernel, tensorflow, course_tools.grading.gradescope"
 """
 
 RUN_AUTOGRADER = """\
@@ -122,7 +122,7 @@ RESULTS="$ROOT/results/results.json"
 mkdir -p "$ROOT/results"
 rm -f "$RESULTS"
 COURSE_AUTOGRADER_ROOT="$ROOT" PYTHONPATH="$SOURCE/course" \\
-    "$PYTHON" -m course_utils.grading.gradescope --root "$ROOT"
+    "$PYTHON" -m course_tools.grading.gradescope --root "$ROOT"
 status=$?
 if [ ! -s "$RESULTS" ]; then
     # Python itself could not run: say so to the student rather than give a silent zero.
@@ -215,7 +215,7 @@ def build_zip(root: Path, notebook: str, out: Path, config: dict[str, Any]) -> l
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.grade gradescope",
+        prog="python -m course_tools.grade gradescope",
         description="Write a Gradescope autograder (a zip with setup.sh and run_autograder) that grades "
         "one course notebook with this grader.",
     )
@@ -249,8 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """``python -m course_utils.grade gradescope NOTEBOOK --out FILE``."""
-    from ..config import ConfigError, parse_kind
+    """``python -m course_tools.grade gradescope NOTEBOOK --out FILE``."""
+    from course_utils.config import ConfigError, parse_kind
+
     from . import course as course_mod
     from .engine import run_env
 
@@ -480,7 +481,7 @@ def write_results(root: Path, results: dict) -> Path:
 
 def autograder_main(argv: Optional[list[str]] = None) -> int:
     """The entry point of ``run_autograder``: always writes results.json, whatever happens."""
-    parser = argparse.ArgumentParser(prog="python -m course_utils.grading.gradescope")
+    parser = argparse.ArgumentParser(prog="python -m course_tools.grading.gradescope")
     parser.add_argument("--root", default=os.environ.get(ROOT_ENV, DEFAULT_ROOT))
     args = parser.parse_args(argv)
     root = Path(args.root)

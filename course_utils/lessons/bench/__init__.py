@@ -1,8 +1,8 @@
-"""``python -m course_utils.bench``: the training loops of the course, timed side by side.
+"""Notebook 09: the training loops of the course, timed side by side (`python -m course_tools.bench` runs it from a shell).
 
 It trains the same model (:func:`course_utils.models.custom_training_cnn`) on the same data (the
 offline Fashion-MNIST stand-in, ``COURSE_OFFLINE=1``) with the three loops of
-:mod:`course_utils.loops` (``naive_ctl``, ``ctl``, ``fit``) on 1, 2 and 4 replicas (virtual CPUs),
+:mod:`course_utils.lessons.loops` (``naive_ctl``, ``ctl``, ``fit``) on 1, 2 and 4 replicas (virtual CPUs),
 and prints examples per second. How it measures:
 
 * each (loop, replicas) pair runs in a fresh process: TensorFlow fixes its devices when it starts,
@@ -35,15 +35,15 @@ With ``--json FILE`` it writes the rows ``{"loop", "replicas", "examples_per_s",
 
 ``--jobs 1`` runs the processes one after the other instead (no interleaving).
 
-What the loops share and what separates them is in :mod:`course_utils.loops`. One caveat:
+What the loops share and what separates them is in :mod:`course_utils.lessons.loops`. One caveat:
 ``naive_ctl`` iterates epoch after epoch as the tutorial does, and starting an epoch costs it a
 new distributed iterator and a refilled shuffle buffer (tenths of a second). With 60,000 images
 that happens every 938 / 469 / 235 steps on 1 / 2 / 4 replicas, so a few timed runs include it
 and the median mostly does not: if anything, the table flatters ``naive_ctl``.
 
 Its parts: :mod:`.settings` (the configuration and a measurement), :mod:`.measure` (fresh
-processes taking turns), :mod:`.flops` (the machine's limit) and :mod:`.report` (the table and
-the command line).
+processes taking turns), :mod:`.flops` (the machine's limit) and :mod:`.report` (the table; the
+command line is ``python -m course_tools.bench``).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from .flops import (
     profiler_forward_flops,
 )
 from .measure import measure_here, measure_limit, measure_many
-from .report import load_average, main, ratios, report, rows, table
+from .report import load_average, ratios, report, rows, table
 from .settings import (
     ROW_KEYS,
     THREAD_CHOICES,
@@ -82,7 +82,6 @@ __all__ = [
     "dense_flops",
     "load_average",
     "machine_limit",
-    "main",
     "matmul_gflops",
     "measure_here",
     "measure_limit",

@@ -27,8 +27,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from .errors import CourseError
-from .runtime import import_tensorflow as _tf
+from ..errors import CourseError
+from ..runtime import import_tensorflow as _tf
 
 #: A train step: ``step(model, optimizer, x, y) -> loss``, run in replica context.
 Step = Callable[[Any, Any, Any, Any], Any]
@@ -110,7 +110,7 @@ def cpu_replicas(n: int = 2) -> Any:
 
     Raises :class:`ReplicaCountError` with what to do when this runtime has fewer logical CPUs.
     """
-    from .strategies import mirrored_cpus
+    from ..strategies import mirrored_cpus
 
     return mirrored_cpus(n, needed_by="update_factor")
 

@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from .errors import exception_line, last_error_line
+from ..errors import exception_line, last_error_line
 
 #: Examples per step across all replicas, and steps per probe: enough to trace, run and apply
 #: real updates, small enough that a probe costs about a second.
@@ -163,7 +163,7 @@ _PLAIN_CPU = {"COURSE_REPLICAS": "1", "COURSE_STRATEGY": "auto"}
 
 def _result_of(stdout: str) -> Optional[dict[str, Any]]:
     """The result line a probe program printed (:func:`course_utils.processes.print_result`)."""
-    from .processes import last_result
+    from ..processes import last_result
 
     try:
         data = last_result(stdout)
@@ -184,8 +184,8 @@ def run_multi_worker(workers: int = 2, timeout: float = 240.0) -> dict[str, Any]
     :func:`custom_loop_probe`, then :func:`fit_probe`. Returns ``{"replicas": n, "custom_loop":
     Outcome, "fit": Outcome, "agree": bool}``; ``agree`` says every worker saw the same outcomes.
     """
-    from .cluster import cluster_spec, make_tf_config
-    from .processes import run_python
+    from ..cluster import cluster_spec, make_tf_config
+    from ..processes import run_python
 
     spec = cluster_spec(workers=workers)
     envs = [
@@ -226,7 +226,7 @@ def run_parameter_server(workers: int = 2, timeout: float = 240.0) -> dict[str, 
     (``custom_loop``, ``fit``), the type of a variable and where it lives, and whether Keras has
     ``DatasetCreator`` (what ``Model.fit`` needed for this strategy in Keras 2).
     """
-    from .processes import run_python
+    from ..processes import run_python
 
     result = run_python(_program("parameter_server", workers), env=_PLAIN_CPU, timeout=timeout)
     data = _result_of(result.stdout)

@@ -1,6 +1,6 @@
 """A read-only view of the machine for one grading run (Linux, unprivileged).
 
-``python -m course_utils.grading.sandbox WORKDIR -- COMMAND...`` is started through
+``python -m course_tools.grading.sandbox WORKDIR -- COMMAND...`` is started through
 ``unshare --user --map-root-user --mount --pid --fork --kill-child --mount-proc`` (util-linux).
 Inside those new namespaces it:
 
@@ -57,7 +57,7 @@ def command(workdir: Path, argv: list[str]) -> list[str]:
         *UNSHARE,
         sys.executable,
         "-m",
-        "course_utils.grading.sandbox",
+        "course_tools.grading.sandbox",
         str(workdir),
         str(os.getuid()),
         str(os.getgid()),
@@ -172,7 +172,7 @@ def enter(workdir: str, uid: int, gid: int) -> None:
 
 def main(argv: list[str]) -> int:
     if "--" not in argv or argv.index("--") != 3:
-        print("usage: python -m course_utils.grading.sandbox WORKDIR UID GID -- COMMAND...", file=sys.stderr)
+        print("usage: python -m course_tools.grading.sandbox WORKDIR UID GID -- COMMAND...", file=sys.stderr)
         return 2
     workdir, uid, gid = argv[0], int(argv[1]), int(argv[2])
     command_line = argv[4:]

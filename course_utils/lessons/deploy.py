@@ -21,7 +21,7 @@ task, and compares with what the local launcher gave the same task.
 
 Usage::
 
-    from course_utils import deploy
+    from course_utils.lessons import deploy
     from course_utils.cluster import cluster_spec
     local = cluster_spec(workers=2)                      # what LocalCluster uses
     print(deploy.kubernetes_yaml(local))                 # Service + Indexed Job
@@ -40,8 +40,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from .cluster import TASK_TYPES, make_tf_config, tasks_of
-from .errors import ConfigError
+from ..cluster import TASK_TYPES, make_tf_config, tasks_of
+from ..errors import ConfigError
 
 #: The command every task runs: notebook 07's worker program and a folder all tasks can reach.
 PROGRAM = ("python", "train.py", "/shared/run")

@@ -1,9 +1,9 @@
-"""``python -m course_utils.grade SUBMISSION... --out DIR``: grade a class.
+"""``python -m course_tools.grade SUBMISSION... --out DIR``: grade a class.
 
-Three more commands share the entry point: ``python -m course_utils.grade gradescope NOTEBOOK --out
-autograder.zip`` writes a Gradescope autograder (:mod:`.gradescope`), ``python -m course_utils.grade
+Three more commands share the entry point: ``python -m course_tools.grade gradescope NOTEBOOK --out
+autograder.zip`` writes a Gradescope autograder (:mod:`.gradescope`), ``python -m course_tools.grade
 merge DIR... --out DIR`` combines the shards of a class graded with ``--shard K/N``
-(:mod:`.shards`), and ``python -m course_utils.grade throughput`` measures the grader
+(:mod:`.shards`), and ``python -m course_tools.grade throughput`` measures the grader
 (:mod:`.throughput`).
 
 Exit status: 0 when the class was graded (whatever the students scored); 2 when the command
@@ -33,11 +33,11 @@ def default_jobs() -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.grade",
+        prog="python -m course_tools.grade",
         description="Grade submitted notebooks of the course: run each student's exercise code "
         "inside the canonical notebook with the canonical checks, and write a report.",
-        epilog="Also: `python -m course_utils.grade gradescope NOTEBOOK --out autograder.zip` writes a "
-        "Gradescope autograder; `python -m course_utils.grade merge DIR... --out DIR` combines the "
+        epilog="Also: `python -m course_tools.grade gradescope NOTEBOOK --out autograder.zip` writes a "
+        "Gradescope autograder; `python -m course_tools.grade merge DIR... --out DIR` combines the "
         "reports of shards graded with --shard K/N (see docs/grading.md).",
     )
     parser.add_argument(
@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--shard",
         metavar="K/N",
         help="grade only the K-th of N slices of the class (a batch system's array task); "
-        "combine the shards' reports with `python -m course_utils.grade merge`",
+        "combine the shards' reports with `python -m course_tools.grade merge`",
     )
     parser.add_argument(
         "--whole-notebook",
@@ -143,7 +143,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         return throughput.main(argv[1:])
     args = build_parser().parse_args(argv)
-    from ..config import ConfigError, parse_kind
+    from course_utils.config import ConfigError, parse_kind
 
     try:
         strategy = parse_kind(args.strategy)

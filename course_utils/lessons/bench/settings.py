@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from ..errors import CourseError
+from ...errors import CourseError
 from ..loops import LOOPS
 
 #: The thread settings besides a number (see :attr:`BenchConfig.threads`).
@@ -62,7 +62,7 @@ class BenchConfig:
 
     def op_threads(self, replicas: int) -> Optional[int]:
         """Threads per operation for a run on ``replicas`` replicas (None: TensorFlow's default)."""
-        from ..devices import threads_per_replica
+        from ...devices import threads_per_replica
 
         if self.threads == "default":
             return None

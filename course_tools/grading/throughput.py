@@ -1,9 +1,9 @@
 """How fast the grader grades, and in how much memory: a benchmark, not a test.
 
-    python -m course_utils.grade throughput                   # each notebook: one honest submission
-    python -m course_utils.grade throughput 00 --class-size 30 --jobs 1 2   # a class, -j 1 and -j 2
+    python -m course_tools.grade throughput                   # each notebook: one honest submission
+    python -m course_tools.grade throughput 00 --class-size 30 --jobs 1 2   # a class, -j 1 and -j 2
 
-Each measurement runs the real command (``python -m course_utils.grade``) on copies of the
+Each measurement runs the real command (``python -m course_tools.grade``) on copies of the
 masters (the honest answers, as a student who solved everything hands them in) and reads back
 ``report.json``: the run's seconds and its peak memory (the whole run and the kernel alone, as
 sampled by :class:`course_utils.processes.PeakMemory`). To measure under a container's limits,
@@ -29,7 +29,7 @@ from . import course as course_mod
 def _grade(
     subs: list[Path], out: Path, course: Path, jobs: int, options: Sequence[str] = ()
 ) -> tuple[float, dict[str, Any], str]:
-    command = [sys.executable, "-m", "course_utils.grade", *map(str, subs), "--course", str(course)]
+    command = [sys.executable, "-m", "course_tools.grade", *map(str, subs), "--course", str(course)]
     command += ["-j", str(jobs), "--out", str(out), "--quiet", *options]
     start = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True)
@@ -97,7 +97,7 @@ def a_class(
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_utils.grade throughput", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m course_tools.grade throughput", description=__doc__)
     parser.add_argument("notebooks", nargs="*", help="notebook numbers or names (default: every master)")
     parser.add_argument("--class-size", type=int, default=0, help="grade a class of this many copies")
     parser.add_argument("--jobs", type=int, nargs="+", default=[1], help="with --class-size: each -j")

@@ -1,4 +1,4 @@
-"""The worker program of ``python -m course_utils.doctor``'s cluster check.
+"""The worker program of ``python -m course_tools.doctor``'s cluster check.
 
 Every task of a 2-worker cluster runs it (``TF_CONFIG`` from :class:`course_utils.cluster.LocalCluster`):
 
@@ -17,15 +17,21 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import say, start
-from .multi_worker import build_model, fingerprint, make_dataset, make_optimizer, make_train_step
+from course_utils.workers.common import say, start
+from course_utils.workers.multi_worker import (
+    build_model,
+    fingerprint,
+    make_dataset,
+    make_optimizer,
+    make_train_step,
+)
 
 #: Examples per worker in the one step.
 PER_WORKER_BATCH = 8
 
 
 def main(argv: Any = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m course_utils.workers.doctor")
+    parser = argparse.ArgumentParser(prog="python -m course_tools.doctor_worker")
     parser.add_argument("--fit", action="store_true", help="then try Model.fit (keras-team/keras#20585)")
     args = parser.parse_args(argv)
     tf = start()
@@ -43,7 +49,7 @@ def main(argv: Any = None) -> None:
     loss = float(train_step(iterator))
     say(f"custom step: replicas={replicas} loss={loss:.6f} weights={fingerprint(model.trainable_variables)}")
     if args.fit:
-        from ..support import attempt, fit_probe
+        from course_utils.lessons.support import attempt, fit_probe
 
         outcome = attempt(fit_probe, strategy, steps=1)
         say(f"fit: {outcome.status}" + (f": {outcome.note}" if outcome.status != "works" else ""))
