@@ -44,6 +44,7 @@ outputs: setup
 lint: setup
 	$(VENV)/bin/ruff check course_utils course_tools tests
 	$(VENV)/bin/ruff format --check course_utils course_tools tests
+	$(VENV)/bin/mypy
 
 # On every core (pytest-xdist), one test file per worker at a time, so that a file's
 # module-scoped fixtures (the graded class) are built once.

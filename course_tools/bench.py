@@ -16,12 +16,6 @@ from course_utils.errors import CourseError
 from course_utils.lessons.bench import BenchConfig, load_average, measure_limit, measure_many, report, rows
 
 
-def _cores() -> int:
-    from ...devices import cores
-
-    return cores()
-
-
 def _int_list(values: Sequence[str]) -> tuple[int, ...]:
     out = []
     for value in values:

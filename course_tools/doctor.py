@@ -343,9 +343,11 @@ def check_factor() -> list[Row]:
 def check_trap_23085() -> list[Row]:
     """keras-team/keras#23085: the custom loop with an Adam that is not built before the first
     step, on the collective MirroredStrategy over 2 virtual CPUs."""
+    from course_utils.devices import use_virtual_cpus
     from course_utils.lessons import support
     from course_utils.strategies import mirrored_cpus
 
+    use_virtual_cpus(2)  # a fresh process: split its CPU before the strategy needs two
     outcome = support.attempt(support.custom_loop_probe, mirrored_cpus(2), build_optimizer=False)
     if outcome.ok:
         detail = (
@@ -365,8 +367,11 @@ def check_trap_steps_per_execution() -> list[Row]:
     virtual CPUs."""
     import keras
 
+    from course_utils.devices import use_virtual_cpus
     from course_utils.lessons import support
     from course_utils.strategies import mirrored_cpus
+
+    use_virtual_cpus(2)  # a fresh process: split its CPU before the strategy needs two
 
     def fit_two_per_call(strategy: Any) -> list[float]:
         with strategy.scope():
@@ -422,6 +427,7 @@ def cluster_rows(
     tests pass others to make the cluster fail)."""
     from course_utils.cluster import (
         ClusterError,
+        ClusterOptions,
         LocalCluster,
         WorkerFailed,
         leftover_processes,
@@ -434,8 +440,7 @@ def cluster_rows(
         workers=2,
         verbose=False,
         timeout=timeout,
-        start_timeout=timeout,
-        name="course_tools.doctor",
+        options=ClusterOptions(start_timeout=timeout, name="course_tools.doctor"),
     )
     steps: dict[str, str] = {}
     fit_line = ""

@@ -1,4 +1,4 @@
-"""Grade a class: ``python -m course_tools.grade SUBMISSION... --out DIR``.
+"""Graders: grade a class, ``python -m course_tools.grade SUBMISSION... --out DIR``.
 
 A SUBMISSION is a notebook, a student's folder (its name is the student id) or a folder of such
 folders. Each notebook is matched to its course notebook; the student's code for each exercise

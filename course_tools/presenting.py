@@ -194,7 +194,7 @@ def run_demo(path: Path, env: Optional[dict[str, str]] = None, timeout: int = 60
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    from .authoring import environment
+    from .project import environment
 
     master = nbformat.read(path, as_version=4)
     indices = demo_cells(master)
@@ -298,8 +298,8 @@ def build_slides(root: Path, names: Sequence[str] = (), out: Optional[Path] = No
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from .authoring import find_root
     from .cellmeta import AuthoringError
+    from .project import find_root
 
     parser = argparse.ArgumentParser(
         prog="python -m course_tools.presenting", description=__doc__.split("\n")[0]

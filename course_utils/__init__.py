@@ -1,23 +1,27 @@
-"""course_utils: the helper package of the Distributed TensorFlow course kit.
+"""Every notebook: course_utils, the helper package of the Distributed TensorFlow course kit.
 
 Importing it starts nothing: no TensorFlow import, no device initialisation, no network. Each
-name below is loaded from its module the first time it is used.
+name below is loaded from its module the first time it is used, and has this one address.
 
-Where each helper is taught:
-
-* :func:`setup`, :func:`report` - notebook 00 (every notebook's set-up cell calls ``setup``)
+* :func:`setup`, :func:`report` - notebook 00 (every set-up cell calls ``setup(cpus=N)``: the one
+  split of the CPU into virtual devices)
 * :func:`use_virtual_cpus`, :func:`get_strategy`, :func:`describe` - notebooks 00 and 02
 * :func:`use_op_threads` - notebook 09 (one core per replica)
 * :func:`load_fashion_mnist`, :func:`load_mnist`, :func:`make_pipelines` - notebooks 03 and 04
-* :func:`custom_training_cnn`, :func:`keras_tutorial_cnn` - notebooks 03 and 04
-* :func:`run_python`, :func:`run_for_replicas` - demonstrations that need their own replica
-  count (00, 02, 04)
+* :func:`custom_training_cnn`, :func:`keras_tutorial_cnn` - notebooks 01, 03, 04 and 09
+* :func:`run_python`, :func:`run_for_replicas` - demonstrations that need their own replica count
 * :func:`scratch_dir` - every notebook that writes files
 * :func:`format_metrics`, :func:`epoch_printer`, :func:`plot_history` - training notebooks
+* :func:`check_same_update` - notebook 10 (the same update on 1, 2 and 4 replicas, for your own
+  code too; ``docs/capstone.md``)
 
-Modules taught in one notebook each: ``simulation``, ``allreduce`` and ``widgets`` (01),
-``support`` (02), ``callbacks`` (03), ``reference`` (04), ``diagnostics`` (05), ``hardware`` (06), ``cluster`` and its ``workers`` (07, 08), ``loops`` and ``bench`` (09), ``capstone`` and its :func:`check_same_update` (10: the same update
-on 1, 2 and 4 replicas, for your own code too). Exercise checks are in
+The core modules, bottom up (each imports only those before it): ``config`` (the settings, read
+once), ``devices`` (virtual CPUs, TensorFlow's quiet start), ``strategies`` (building a strategy
+and saying what it is), ``hardware`` (deciding which: ``get_strategy``, the chain of notebook 06),
+``runtime`` (the set-up call and the report); beside them ``data``, ``models``, ``plots``,
+``progress``, ``processes``, ``scratch``, ``errors``, ``versions``, ``checks`` and ``compare`` (a
+step on N replicas against one device). One notebook's helpers are in :mod:`course_utils.lessons`,
+the local cluster in ``cluster`` and ``workers`` (07, 08), the exercise checks in
 ``course_utils.exercises.<notebook>``.
 """
 
@@ -36,7 +40,7 @@ _EXPORTS = {
     "STRATEGY_KINDS": "config",
     "use_virtual_cpus": "devices",
     "use_op_threads": "devices",
-    "get_strategy": "strategies",
+    "get_strategy": "hardware",
     "describe": "strategies",
     "connect_tpu": "strategies",
     "load_fashion_mnist": "data",
@@ -51,14 +55,11 @@ _EXPORTS = {
     "scratch_dir": "scratch",
     "run_python": "processes",
     "run_for_replicas": "processes",
-    "three_phase_decay": "lessons.callbacks",
     "LocalCluster": "cluster",
     "run_cluster": "cluster",
-    "explore_data_parallelism": "lessons.widgets",
-    "update_factor": "lessons.diagnostics",
     "detect_strategy": "hardware",
-    "check_same_update": "lessons.capstone",
-    "quiet_native_logs": "runtime",
+    "check_same_update": "compare",
+    "quiet_native_logs": "devices",
     "CourseError": "errors",
     "ConfigError": "errors",
     "ReplicaCountError": "errors",

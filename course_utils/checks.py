@@ -1,4 +1,4 @@
-"""Exercise checks: one printed line when right, a hint the student can act on when wrong.
+"""Every notebook: its exercise checks print one line when right, a hint the student can act on when wrong.
 
 A check function takes what the student wrote (usually a function) and compares it with a
 reference. Wrap its body in :func:`exercise` so that any mistake, including an unfinished

@@ -1,4 +1,4 @@
-"""The ``COURSE_*`` environment variables, parsed and validated in one place.
+"""Every notebook: the ``COURSE_*`` settings, read once by the set-up cell and kept.
 
 | variable          | values                                   | meaning                                  |
 |-------------------|------------------------------------------|------------------------------------------|
@@ -7,7 +7,9 @@
 | ``COURSE_FAST``     | ``1``                                    | small data and few steps (CI, live demos) |
 | ``COURSE_OFFLINE``  | ``1``                                    | never touch the network                   |
 
-Reading the settings never imports TensorFlow.
+The environment is read in one place, :func:`load`, which :func:`course_utils.setup` calls (so
+re-running the set-up cell reads it again); every other module asks :func:`settings` for the kept
+value, or is handed it. Reading the settings never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -103,15 +105,34 @@ class Settings:
         }
 
 
-def settings(environ: Optional[Mapping[str, str]] = None) -> Settings:
-    """Read and validate the ``COURSE_*`` variables (from ``os.environ`` unless given)."""
-    env = os.environ if environ is None else environ
+def read(environ: Mapping[str, str]) -> Settings:
+    """Parse and validate the ``COURSE_*`` variables of ``environ``; keeps nothing."""
     return Settings(
-        strategy=parse_kind(env.get("COURSE_STRATEGY")),
-        replicas=parse_replicas(env.get("COURSE_REPLICAS")),
-        fast=parse_flag(env.get("COURSE_FAST"), "COURSE_FAST"),
-        offline=parse_flag(env.get("COURSE_OFFLINE"), "COURSE_OFFLINE"),
+        strategy=parse_kind(environ.get("COURSE_STRATEGY")),
+        replicas=parse_replicas(environ.get("COURSE_REPLICAS")),
+        fast=parse_flag(environ.get("COURSE_FAST"), "COURSE_FAST"),
+        offline=parse_flag(environ.get("COURSE_OFFLINE"), "COURSE_OFFLINE"),
     )
+
+
+#: The settings in force: what :func:`load` read last (``None`` until then).
+_kept: Optional[Settings] = None
+
+
+def load(environ: Optional[Mapping[str, str]] = None) -> Settings:
+    """Read the settings (from ``os.environ`` unless given), keep them and return them.
+
+    :func:`course_utils.setup` calls it: the one place the course reads its environment.
+    """
+    global _kept
+    _kept = read(os.environ if environ is None else environ)
+    return _kept
+
+
+def settings() -> Settings:
+    """The settings in force: those the set-up cell read (a program that never called
+    :func:`course_utils.setup` reads them here, once)."""
+    return _kept if _kept is not None else load()
 
 
 def fast_or(full: T, fast: T) -> T:

@@ -1,11 +1,11 @@
-"""Datasets: MNIST and Fashion-MNIST from the first source that works, and ``tf.data`` pipelines.
+"""Notebooks 03 to 10: MNIST and Fashion-MNIST from the first source that works, and ``tf.data`` pipelines.
 
 Sources, in order:
 
 1. a local cache (the files Keras keeps under ``$KERAS_HOME/datasets``, default ``~/.keras``);
 2. the real loaders (``keras.datasets``, or ``tensorflow_datasets`` for MNIST) when the network
    answers and ``COURSE_OFFLINE`` is not set;
-3. a built-in stand-in generated on the spot (:mod:`course_utils._synthetic`): deterministic,
+3. a built-in stand-in generated on the spot (:mod:`course_utils.synthetic`): deterministic,
    28x28x1 ``uint8`` images in 10 named classes, and learnable.
 
 One printed line says which source was used. With ``COURSE_FAST=1`` the sets are cut to
@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from . import _synthetic
+from . import synthetic
 from .config import settings
 
 FASHION_MNIST_CLASSES: tuple[str, ...] = (
@@ -144,8 +144,8 @@ def _from_tfds(name: str) -> tuple[np.ndarray, ...]:
 
 
 def _builtin(name: str, sizes: tuple[int, int]) -> tuple[np.ndarray, ...]:
-    x_train, y_train = _synthetic.make_images(name, sizes[0], seed=2024)
-    x_test, y_test = _synthetic.make_images(name, sizes[1], seed=2025)
+    x_train, y_train = synthetic.make_images(name, sizes[0], seed=2024)
+    x_test, y_test = synthetic.make_images(name, sizes[1], seed=2025)
     return x_train, y_train, x_test, y_test
 
 

@@ -1,25 +1,66 @@
-"""Devices: virtual CPU replicas, and what hardware this runtime has.
+"""Notebook 00: devices, virtual CPU replicas, and TensorFlow started quietly.
 
 A laptop has one CPU, but TensorFlow can split it into several *logical* devices. A
 ``MirroredStrategy`` over them runs real replicas with real all-reduces, which is how this
 course shows distribution without an accelerator. TensorFlow fixes the split when it first
-initialises its devices, so :func:`use_virtual_cpus` must run before anything touches a device.
+initialises its devices, so :func:`use_virtual_cpus` must run before anything touches a device;
+the set-up cell does it (``course_utils.setup(cpus=N)``).
+
+This is the lowest layer that touches TensorFlow: :mod:`~course_utils.strategies` builds on it,
+:mod:`~course_utils.hardware` decides on both, :mod:`~course_utils.runtime` sets up on all three.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import contextlib
+import logging
+import os
+import sys
+from typing import Any, Iterator
 
-from .errors import ConfigError, ReplicaCountError, TensorFlowStartedError
-
-if TYPE_CHECKING:  # pragma: no cover
-    import tensorflow as tf
+from .errors import ConfigError, NoTPUError, ReplicaCountError, TensorFlowStartedError, describe_error
 
 
-def _tf() -> "tf":
-    import tensorflow as tf
+@contextlib.contextmanager
+def quiet_native_logs() -> Iterator[None]:
+    """Hide what native code writes to stderr (file descriptor 2) while the block runs.
 
+    TensorFlow's C++ start-up lines are written there before its logging can be configured, and
+    some ops print a note on some machines only (the first float16 op on a CPU without AVX-512):
+    hidden, a notebook's output is the same everywhere.
+    """
+    try:
+        saved = os.dup(2)
+    except OSError:  # no real stderr (some embedded runtimes): nothing to silence
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            sys.stderr.flush()
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def import_tensorflow() -> Any:
+    """Import TensorFlow without its start-up chatter and return the module."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    with quiet_native_logs():
+        import tensorflow as tf
+
+        tf.config.list_physical_devices("GPU")  # the first device query prints CUDA probing lines
+    tf.get_logger().setLevel(logging.ERROR)
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    tf.autograph.set_verbosity(0)
     return tf
+
+
+_tf = import_tensorflow
 
 
 def physical_devices(device_type: str) -> list:
@@ -28,7 +69,7 @@ def physical_devices(device_type: str) -> list:
 
 
 def cpu_count() -> int:
-    """How many logical CPU devices TensorFlow has (or will have) after virtual splitting."""
+    """How many logical CPU devices TensorFlow has, or will have when it starts (never starts it)."""
     tf = _tf()
     cpu = tf.config.list_physical_devices("CPU")[0]
     config = tf.config.get_logical_device_configuration(cpu)
@@ -67,10 +108,25 @@ def use_virtual_cpus(n: int) -> list[str]:
     return [f"/device:CPU:{i}" for i in range(n)]
 
 
+def find_local_tpu(tpu: str = "local") -> Any:
+    """Resolve, connect to and initialise the TPU attached to this machine; return the resolver.
+
+    Raises :class:`NoTPUError` (saying what failed) when there is none. Without a TPU it fails
+    in well under a second: ``TPUClusterResolver(tpu="local")`` and the connection succeed (they
+    only describe the local machine) and ``initialize_tpu_system`` raises ``NotFoundError``.
+    """
+    tf = _tf()
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except Exception as error:  # ValueError, NotFoundError, RuntimeError... depending on the setup
+        raise NoTPUError(f"no TPU: {describe_error(error)}") from None
+    return resolver
+
+
 def cores() -> int:
     """How many CPU cores this process may use (its CPU affinity where the system has one)."""
-    import os
-
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # macOS, Windows
@@ -112,13 +168,10 @@ def use_op_threads(n: int) -> int:
 def in_colab() -> bool:
     """True inside Google Colab."""
     import importlib.util
-    import os
 
     return "COLAB_RELEASE_TAG" in os.environ or importlib.util.find_spec("google.colab") is not None
 
 
 def in_ci() -> bool:
     """True when a CI service runs the notebooks (``CI`` is set)."""
-    import os
-
     return os.environ.get("CI", "").lower() in {"1", "true", "yes"}

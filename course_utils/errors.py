@@ -1,4 +1,4 @@
-"""Errors that course_utils raises for mistakes a student or an instructor can fix, and errors in one line.
+"""Every notebook: the errors course_utils raises for mistakes a student or an instructor can fix, each in one line.
 
 Every error here carries a message that says what went wrong and what to do next, so a
 notebook shows one readable line instead of a wall of traceback.

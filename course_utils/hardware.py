@@ -1,7 +1,12 @@
-"""Which hardware is here? A fallback chain TPU -> several GPUs -> one GPU -> CPU.
+"""Every notebook (the chain is taught in notebook 06): which strategy this machine gets.
 
-:func:`detect_strategy` tries each step in turn and returns the strategy of the first that
-works, after printing what it tried::
+:func:`get_strategy` is how every notebook gets its strategy, so the same notebook runs on a laptop
+CPU, on virtual CPU replicas, on GPUs and on a TPU. It asks :func:`choose`, the one place the
+course decides: ``COURSE_STRATEGY`` names a kind, or ``auto`` (the default) runs a fallback chain
+TPU -> several GPUs -> one GPU -> CPU. :mod:`course_utils.strategies` builds the choice and puts it
+into words; this module decides.
+
+:func:`detect_strategy` runs the chain, builds its choice and prints what it tried::
 
     strategy = detect_strategy()
     # Tried: TPU no (NotFoundError: TPUs not found in the cluster...); GPU none; CPU 2 logical
@@ -14,45 +19,30 @@ Every step that touches the machine is a function you can replace, so that tests
   (default :func:`find_local_tpu`, the way on today's TPU VMs, Colab's TPU runtimes included);
 * ``list_devices(device_type)`` lists physical devices (default
   ``tf.config.list_physical_devices``);
-* ``build(plan)`` turns the decision into a strategy (default
-  :func:`course_utils.strategies.build_strategy`).
+* ``build(plan)`` turns the decision into a strategy (default: build the plan's :class:`Choice`
+  with :func:`course_utils.strategies.build_strategy`).
 
-This module decides; :mod:`course_utils.strategies` builds. :func:`plan_hardware` makes the
-decision without building anything, and ``COURSE_STRATEGY=auto`` (every notebook's default) runs
-this same chain. Taught in notebook 06.
+:func:`plan_hardware` makes the chain's decision without building anything.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from .config import parse_kind, parse_replicas, settings
+from .devices import find_local_tpu as find_local_tpu  # notebook 06 finds it here
+from .devices import physical_devices
 from .errors import NoTPUError
 from .errors import describe_error as describe_error  # notebook 06 imports it from here
-from .runtime import import_tensorflow as _tf
+from .strategies import STRATEGIES, Choice, build_strategy, in_words
 
 #: What the chain can choose, in the order it tries.
 KINDS: tuple[str, ...] = ("tpu", "multi_gpu", "one_gpu", "cpu")
 
 FindTPU = Callable[[], Any]
 ListDevices = Callable[[str], Sequence[Any]]
-
-
-def find_local_tpu(tpu: str = "local") -> Any:
-    """Resolve, connect to and initialise the TPU attached to this machine; return the resolver.
-
-    Raises :class:`NoTPUError` (saying what failed) when there is none. Without a TPU it fails
-    in well under a second: ``TPUClusterResolver(tpu="local")`` and the connection succeed (they
-    only describe the local machine) and ``initialize_tpu_system`` raises ``NotFoundError``.
-    """
-    tf = _tf()
-    try:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-    except Exception as error:  # ValueError, NotFoundError, RuntimeError... depending on the setup
-        raise NoTPUError(f"no TPU: {describe_error(error)}") from None
-    return resolver
 
 
 #: Signs that this machine is a TPU VM (Colab's TPU runtimes included): device files and variables.
@@ -63,10 +53,6 @@ TPU_HINT_VARIABLES = ("TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "COLA
 def tpu_hint() -> bool:
     """A cheap look for signs of a TPU (its device files, its variables), before paying ~0.6 s to
     connect to one."""
-    import os
-
-    from .devices import physical_devices
-
     return (
         bool(physical_devices("TPU"))
         or any(os.path.exists(p) for p in TPU_HINT_PATHS)
@@ -112,25 +98,21 @@ class HardwarePlan:
         """``"TPU no (...); GPU no (none found); CPU yes (2 logical)"``: every attempt, one line."""
         return "; ".join(str(a) for a in self.attempts)
 
-    def strategy_description(self) -> str:
-        """What :func:`~course_utils.strategies.build_strategy` makes of this plan, in words (without building it)."""
+    def choice(self) -> Choice:
+        """The strategy this plan gets: ``tpu`` -> ``TPUStrategy``, ``multi_gpu`` and ``cpu`` over
+        several virtual CPUs -> ``MirroredStrategy``, ``one_gpu`` -> ``OneDeviceStrategy``, one CPU
+        -> the default strategy."""
         if self.kind == "tpu":
-            return "TPUStrategy over the TPU's cores"
-        if self.kind == "multi_gpu":
-            return f"MirroredStrategy over {len(self.devices)} GPUs"
-        if self.kind == "one_gpu":
-            return "OneDeviceStrategy on /gpu:0"
-        if len(self.devices) > 1:
-            return f"MirroredStrategy over {len(self.devices)} virtual CPUs"
-        return "the default strategy on the CPU"
+            return Choice("tpu", (), self.resolver, auto=True)
+        if self.kind == "one_gpu" or (self.kind == "cpu" and len(self.devices) == 1):
+            return Choice("one_device" if self.kind == "one_gpu" else "default", self.devices, auto=True)
+        if self.kind in {"multi_gpu", "cpu"}:
+            return Choice("mirrored", self.devices, auto=True)
+        raise ValueError(f"unknown hardware kind {self.kind!r} (one of {', '.join(KINDS)})")
 
-
-def _cpu_replicas(cpu_replicas: Optional[int]) -> int:
-    if cpu_replicas is not None:
-        return int(cpu_replicas)
-    from .config import settings
-
-    return settings().cpu_replicas
+    def strategy_description(self) -> str:
+        """The strategy this plan gets, in words (without building it)."""
+        return in_words(self.choice())
 
 
 def plan_hardware(
@@ -148,8 +130,6 @@ def plan_hardware(
     if find_tpu is None:
         find_tpu = find_local_tpu
     if list_devices is None:
-        from .devices import physical_devices
-
         list_devices = physical_devices
     attempts: list[Attempt] = []
     try:
@@ -171,9 +151,7 @@ def plan_hardware(
         return HardwarePlan("one_gpu", ("/gpu:0",), None, tuple(attempts))
     attempts.append(Attempt("GPU", False, "none found"))
 
-    n = _cpu_replicas(cpu_replicas)
-    if n < 1:
-        n = 1
+    n = max(1, int(cpu_replicas if cpu_replicas is not None else settings().cpu_replicas))
     attempts.append(Attempt("CPU", True, f"{n} logical"))
     return HardwarePlan("cpu", tuple(f"/cpu:{i}" for i in range(n)), None, tuple(attempts))
 
@@ -191,60 +169,77 @@ def detect_strategy(
     Prints two lines unless ``verbose=False``: what was tried, and what was chosen. The
     arguments replace the parts that touch the machine (see the module documentation).
     """
-    if build is None:
-        from .strategies import build_strategy as build
     plan = plan_hardware(find_tpu=find_tpu, list_devices=list_devices, cpu_replicas=cpu_replicas)
-    strategy = build(plan)
+    strategy = build(plan) if build is not None else build_strategy(plan.choice())
     if verbose:
         print(f"Tried: {plan.tried()}")
-        print(f"Chose: {describe_choice(plan, strategy)}")
+        print(f"Chose: {in_words(plan.choice(), strategy)}")
     return strategy
 
 
-class FakeMachine:
-    """A pretend machine for tests and notebook 06: pass its methods to :func:`plan_hardware`.
+# --------------------------------------------------------------------------- the course's choice
 
-    ``FakeMachine(tpu=True)`` has a TPU; otherwise ``find_tpu`` raises ``tpu_error`` (default a
-    :class:`NoTPUError`, as :func:`find_local_tpu` does). ``gpus`` and ``cpus`` are device counts.
-    ``calls`` records what was asked, in order.
+
+def _gpu_names(count: Optional[int], list_devices: ListDevices) -> tuple[str, ...]:
+    gpus = list(list_devices("GPU"))
+    return tuple(f"/gpu:{i}" for i in range(len(gpus)))[: count or len(gpus)]
+
+
+def _no_connection() -> Any:
+    """The chain's TPU step when nothing may connect yet: a sign of a TPU stands for one."""
+    if not tpu_hint():
+        raise NoTPUError("no sign of one on this machine")
+    return None
+
+
+def choose(
+    kind: Optional[str] = None,
+    replicas: Optional[int] = None,
+    *,
+    connect: bool = True,
+    list_devices: Optional[ListDevices] = None,
+) -> Choice:
+    """Decide the strategy, building nothing: the one place the course decides which strategy it uses.
+
+    ``kind`` and ``replicas`` default to the kept settings (``COURSE_STRATEGY``, ``COURSE_REPLICAS``).
+    ``auto`` runs :func:`plan_hardware` with :func:`find_tpu_if_hinted`; any other kind runs on one
+    device, on ``many`` (all GPUs, else ``replicas`` virtual CPUs, 2 when unset) or on the devices
+    it finds itself, as its row of :data:`course_utils.strategies.STRATEGIES` says.
+    ``connect=False`` touches no TPU (a sign of one is taken for one): what the runtime report
+    and the set-up cell's CPU split need.
     """
-
-    def __init__(
-        self,
-        tpu: bool = False,
-        gpus: int = 0,
-        cpus: int = 1,
-        tpu_error: Optional[BaseException] = None,
-    ) -> None:
-        self.tpu, self.gpus, self.cpus, self.tpu_error = tpu, gpus, cpus, tpu_error
-        self.calls: list[str] = []
-
-    def find_tpu(self) -> Any:
-        self.calls.append("find_tpu")
-        if self.tpu:
-            return "fake TPU resolver"
-        raise self.tpu_error if self.tpu_error is not None else NoTPUError("no TPU: a fake machine")
-
-    def list_devices(self, device_type: str) -> list[str]:
-        self.calls.append(f"list_devices({device_type!r})")
-        count = {"GPU": self.gpus, "CPU": 1, "TPU": 8 if self.tpu else 0}.get(device_type.upper(), 0)
-        return [f"/physical_device:{device_type.upper()}:{i}" for i in range(count)]
-
-    def __repr__(self) -> str:
-        error = "" if self.tpu or self.tpu_error is None else f", tpu_error={type(self.tpu_error).__name__}"
-        return f"FakeMachine(tpu={self.tpu}, gpus={self.gpus}, cpus={self.cpus}{error})"
+    kind = parse_kind(kind) if kind is not None else settings().strategy
+    count = parse_replicas(replicas, "replicas") if replicas is not None else settings().replicas
+    cpus = count or settings().cpu_replicas
+    list_devices = list_devices or physical_devices
+    if kind == "auto":
+        find = find_tpu_if_hinted if connect else _no_connection
+        return plan_hardware(find_tpu=find, list_devices=list_devices, cpu_replicas=cpus).choice()
+    spread = STRATEGIES[kind].spread
+    gpus = _gpu_names(count if spread == "many" else 1, list_devices)
+    if spread == "one":
+        return Choice(kind, gpus[:1] or ("/cpu:0",))
+    if spread == "many":
+        return Choice(kind, gpus or tuple(f"/cpu:{i}" for i in range(cpus)))
+    return Choice(kind, cluster=bool(os.environ.get("TF_CONFIG")))
 
 
-def describe_choice(plan: HardwarePlan, strategy: Any) -> str:
-    """``"MirroredStrategy with 2 replicas on CPU:0, CPU:1"`` (or the fake's repr)."""
-    replicas = getattr(strategy, "num_replicas_in_sync", None)
-    if replicas is None:
-        return f"{plan.kind}: {strategy!r}"
-    from .strategies import strategy_name
+def get_strategy(kind: Optional[str] = None, replicas: Optional[int] = None, *, verbose: bool = True) -> Any:
+    """Return the strategy the course should use here, and print one line saying which.
 
-    where = ", ".join(d.split("/")[-1].upper().replace("/", "") for d in plan.devices)
-    if plan.kind == "tpu":
-        where = "the TPU's cores"
-    elif not where:
-        where = "CPU:0"
-    return f"{strategy_name(strategy)} with {replicas} replica{'s' if replicas != 1 else ''} on {where}"
+    ``kind`` and ``replicas`` default to ``COURSE_STRATEGY`` (``auto``) and ``COURSE_REPLICAS``.
+
+    * ``auto``: the chain notebook 06 teaches (:func:`plan_hardware`): a TPU if there is one, else
+      ``MirroredStrategy`` over all GPUs (``OneDeviceStrategy`` on a single GPU), else a
+      ``MirroredStrategy`` over ``COURSE_REPLICAS`` virtual CPUs (2 when unset;
+      ``COURSE_REPLICAS=1`` gives the default strategy on one device).
+    * ``default``, ``one_device``, ``mirrored``, ``central_storage``, ``multi_worker``, ``tpu``:
+      that strategy. ``mirrored`` and ``central_storage`` on a CPU use ``COURSE_REPLICAS``
+      virtual CPUs (2 when unset), which the set-up cell made. ``tpu`` raises
+      :class:`NoTPUError` when there is none.
+    """
+    choice = choose(kind, replicas)
+    strategy = build_strategy(choice)
+    if verbose:
+        print(f"Strategy: {in_words(choice, strategy, reason=True)}")
+    return strategy

@@ -1,4 +1,4 @@
-"""The two models the TensorFlow tutorials train, built the same way every time.
+"""Notebooks 01, 03, 04 and 09: the two models the TensorFlow tutorials train, built the same way every time.
 
 * :func:`custom_training_cnn`: the CNN of the *Custom training with tf.distribute.Strategy*
   tutorial (Fashion-MNIST), with its L2 regulariser on the first dense layer.

@@ -1,4 +1,4 @@
-"""Running a piece of Python in a fresh process.
+"""Notebooks 00, 02, 03, 04 and the tools: running a piece of Python in a fresh process.
 
 TensorFlow fixes its device list when it starts, so a demonstration that needs a particular
 number of replicas (1, 2 and 4 side by side, or a bug that only appears on 2) runs in a process of

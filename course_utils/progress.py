@@ -1,4 +1,4 @@
-"""Compact training progress: one line per epoch, in a format the tests know varies.
+"""Every notebook that trains: compact progress, one line per epoch, in a format the tests know varies.
 
 Losses and accuracies after training depend on the global batch, so on the strategy a notebook
 runs under. The course prints them as ``name=value`` (``loss=0.4123``); the nbval sanitizer

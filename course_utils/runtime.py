@@ -1,65 +1,27 @@
-"""The runtime: quiet TensorFlow start-up, the notebook set-up call and the runtime report."""
+"""Every notebook: the set-up call of the first code cell, and the runtime report.
+
+:func:`setup` reads the ``COURSE_*`` settings (the one read, kept by :mod:`course_utils.config`),
+starts TensorFlow quietly, splits the CPU into the virtual CPUs the notebook needs (the one split;
+``setup(cpus=4)`` for a notebook that runs 1, 2 and 4 replicas), seeds, and prints the report.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
 import platform
-import sys
 import warnings
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
-from .config import Settings, settings
+from .config import Settings, load, settings
 from .devices import cpu_count, in_ci, in_colab, physical_devices, use_virtual_cpus
+from .devices import import_tensorflow as import_tensorflow  # noqa: F401 - kept importable from here
+from .devices import quiet_native_logs as quiet_native_logs  # noqa: F401 - kept importable from here
+from .errors import ConfigError
+from .hardware import choose
+from .strategies import Choice, connect_tpu, in_words
 from .versions import check_versions as check_versions  # noqa: F401 - kept importable from here
 from .versions import judge, legacy_keras
 
 _warned_version = False
-
-
-@contextlib.contextmanager
-def _stderr_to_devnull() -> Iterator[None]:
-    """Silence file descriptor 2 for a moment (TensorFlow's C++ start-up lines are written there
-    before its logging can be configured, and would land in every notebook's first output)."""
-    try:
-        saved = os.dup(2)
-    except OSError:  # no real stderr (some embedded runtimes): nothing to silence
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            sys.stderr.flush()
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def quiet_native_logs() -> contextlib.AbstractContextManager[None]:
-    """A context manager that hides what native code writes to stderr while it runs.
-
-    Use it around a call whose C++ side prints a note on some machines only (for example the
-    first float16 op on a CPU without AVX-512), so a notebook's output is the same everywhere.
-    """
-    return _stderr_to_devnull()
-
-
-def import_tensorflow() -> Any:
-    """Import TensorFlow without its start-up chatter and return the module."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if "tensorflow" in sys.modules:
-        return sys.modules["tensorflow"]
-    with _stderr_to_devnull():
-        import tensorflow as tf
-
-        physical_devices("GPU")  # the first device query prints CUDA probing lines on CPU machines
-    tf.get_logger().setLevel(logging.ERROR)
-    logging.getLogger("absl").setLevel(logging.ERROR)
-    tf.autograph.set_verbosity(0)
-    return tf
 
 
 def devices_line() -> str:
@@ -76,16 +38,7 @@ def devices_line() -> str:
 
 def training_line(env: Settings) -> str:
     """What the notebooks' own training will run on, in one sentence (without building it)."""
-    if env.strategy != "auto":
-        return f"the strategy COURSE_STRATEGY={env.strategy} names"
-    if physical_devices("GPU") or physical_devices("TPU"):
-        return "the accelerators found (COURSE_STRATEGY=auto)"
-    if env.cpu_replicas > 1:
-        return (
-            f"{env.cpu_replicas} replicas on virtual CPUs, by default: a MirroredStrategy "
-            "(COURSE_REPLICAS=1 for one device)"
-        )
-    return "one device (COURSE_REPLICAS=1)"
+    return in_words(choose(env.strategy, env.cpu_replicas, connect=False), reason=True)
 
 
 def report(*, show: bool = True) -> str:
@@ -97,7 +50,7 @@ def report(*, show: bool = True) -> str:
     where = "Google Colab" if in_colab() else "local Jupyter or Python"
     if in_ci():
         where += " (CI)"
-    env: Settings = settings()
+    env = settings()
     rows = [
         ("Python", platform.python_version()),
         ("TensorFlow", tf.__version__),
@@ -121,47 +74,48 @@ def report(*, show: bool = True) -> str:
     return text
 
 
-def _splits_cpu(env: Settings) -> bool:
-    """Whether the strategy these settings ask for runs on virtual CPUs when there is no GPU."""
-    if env.strategy in {"mirrored", "central_storage"}:
-        return True
-    if env.strategy == "auto":
-        from .hardware import tpu_hint
+def cpus_needed(env: Settings, choice: Choice, cpus: Optional[int] = None) -> int:
+    """The virtual CPUs to split the CPU into: what the notebook asks for (``cpus``), and without an
+    accelerator what the settings' strategy runs on (``COURSE_REPLICAS`` when set, since programs
+    started with ``run_python(replicas=N)`` build ``N`` replicas themselves)."""
+    need = cpus or 1
+    if choice.kind != "tpu" and not physical_devices("GPU"):
+        need = max(need, choice.cpus, env.replicas or 1)
+    return need
 
-        return not tpu_hint()
-    return bool(env.replicas and env.replicas > 1)
 
-
-def setup(*, seed: Optional[int] = 42, show_report: bool = True) -> Settings:
-    """What every notebook's set-up cell calls.
+def setup(*, cpus: Optional[int] = None, seed: Optional[int] = 42, show_report: bool = True) -> Settings:
+    """What every notebook's set-up cell calls; returns the settings it read (and keeps them).
 
     It reads and validates the ``COURSE_*`` settings, imports TensorFlow quietly, splits the CPU
-    into ``COURSE_REPLICAS`` virtual devices (2 when unset) when there is no accelerator and the
-    strategy runs on CPU replicas, connects to the TPU now when ``COURSE_STRATEGY=tpu``, shows the
-    course's own errors as their one-line message (see :func:`show_course_errors_briefly`),
-    seeds Python, NumPy and TensorFlow, and prints the runtime report. Safe to re-run.
+    into ``cpus`` virtual devices (at least; more when the settings' strategy runs on more virtual
+    CPUs: ``COURSE_REPLICAS``, 2 when unset), connects to the TPU now when
+    ``COURSE_STRATEGY=tpu``, shows the course's own errors as their one-line message (see
+    :func:`show_course_errors_briefly`), seeds Python, NumPy and TensorFlow, and prints the
+    runtime report. This is the one place the CPU is split: later cells and checks use the
+    virtual CPUs it made. Safe to re-run.
     """
     show_course_errors_briefly()  # first: a bad setting below is then shown as one line
-    env = settings()
-    tf = import_tensorflow()
+    if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1):
+        raise ConfigError(f"setup(cpus=...) needs a whole number of virtual CPUs >= 1, not {cpus!r}.")
+    env = load()
+    import_tensorflow()
     warnings.filterwarnings("ignore", module="tensorflow_datasets")
     # Emitted whenever a distributed dataset is iterated inside tf.function: noise, not a lesson.
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
     # Keras 3.15 warns on every fit() of a tf.data.Dataset that shuffle=True is ignored.
     warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
+    need = cpus_needed(env, choose(env.strategy, env.replicas, connect=False), cpus)
+    # More virtual CPUs than needed (set-up re-run after a cell split into more) is fine:
+    # strategies use the first ones.
+    if cpu_count() < need:
+        use_virtual_cpus(need)
     if env.strategy == "tpu":
-        from .strategies import connect_tpu
-
         connect_tpu()  # no TPU: say so now, in one line, not cells later
-    elif _splits_cpu(env) and not physical_devices("GPU") and cpu_count() < env.cpu_replicas:
-        # More virtual CPUs than needed (a notebook that split into 4 for its own demos, set-up
-        # re-run) is fine: strategies use the first ones.
-        use_virtual_cpus(env.cpu_replicas)
     if seed is not None:
         import keras
 
         keras.utils.set_random_seed(seed)
-    del tf
     if show_report:
         report()
     return env

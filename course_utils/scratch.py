@@ -1,4 +1,4 @@
-"""One scratch folder per notebook for checkpoints, logs and saved models.
+"""Every notebook that writes files: one scratch folder per notebook for checkpoints, logs and saved models.
 
 Everything a notebook writes goes under ``./scratch/<notebook>/`` (git ignores ``scratch/``), so
 re-running a notebook starts clean on purpose and never resumes by accident.

@@ -1,8 +1,14 @@
-"""Choosing and describing a ``tf.distribute`` strategy.
+"""Notebook 02 (and every notebook, through ``get_strategy``): building a strategy and saying what it is.
 
-:func:`get_strategy` is how every notebook gets its strategy, so the same notebook runs on a
-laptop CPU, on virtual CPU replicas, on GPUs and on a TPU. It honours ``COURSE_STRATEGY`` and
-``COURSE_REPLICAS`` (see :mod:`course_utils.config`) and prints one line saying what it chose.
+:mod:`course_utils.hardware` decides which strategy a machine gets (a :class:`Choice`); this
+module builds it (:func:`build_strategy`, the one place the course constructs a strategy) and puts
+it into words (:func:`in_words`, the one sentence every report, plan and announcement prints).
+:func:`describe` prints the table of a strategy that exists, the course's or your own.
+
+Every kind of ``COURSE_STRATEGY`` is one row of :data:`STRATEGIES`: the name a student knows its strategy
+by, where it runs, how it combines gradients, and its builder. Adding a kind is one row here, one
+entry in :data:`course_utils.config.STRATEGY_KINDS` and one row in the README's settings table
+(``tests/test_strategies.py`` names whatever is missing).
 """
 
 from __future__ import annotations
@@ -10,14 +16,52 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from . import hardware
-from .config import STRATEGY_KINDS, parse_kind, parse_replicas, settings
-from .devices import physical_devices, use_virtual_cpus
+from .devices import cpu_count, find_local_tpu, import_tensorflow
 from .errors import ConfigError, NoTPUError, ReplicaCountError
-from .runtime import import_tensorflow as _tf
+
+_tf = import_tensorflow
+
+
+# --------------------------------------------------------------------------- a decision
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A strategy decided on and not built yet (:func:`course_utils.hardware.choose` makes one).
+
+    ``kind`` is a row of :data:`STRATEGIES`; ``devices`` are its compute devices (``/cpu:0``,
+    ``/gpu:1``...), empty where the strategy finds its own (a TPU's cores, a cluster's workers);
+    ``resolver`` is a connected TPU's (when the chain found one); ``auto`` says the chain of
+    ``COURSE_STRATEGY=auto`` chose it; ``cluster`` says ``TF_CONFIG`` names a cluster
+    (``multi_worker``).
+    """
+
+    kind: str
+    devices: tuple[str, ...] = ()
+    resolver: Any = None
+    auto: bool = False
+    cluster: bool = False
+
+    @property
+    def cpus(self) -> int:
+        """How many virtual CPUs building it needs (0 when it runs on other devices)."""
+        return sum(1 for d in self.devices if d.lower().startswith("/cpu:"))
+
 
 # --------------------------------------------------------------------------- the builders
-# Every strategy object the course makes is constructed in this section, once each.
+
+
+def _cpu_names(n: int, needed_by: str) -> list[str]:
+    """``/cpu:0`` ... ``/cpu:{n-1}``, or :class:`ReplicaCountError` when TensorFlow has fewer."""
+    have = cpu_count()
+    if have < n:
+        raise ReplicaCountError(
+            f"{needed_by} needs {n} replicas, but TensorFlow has {have} CPU device"
+            f"{'s' if have != 1 else ''}. Restart the kernel and run the notebook from the top: its "
+            f"set-up cell splits the CPU (course_utils.setup(cpus={n}), or "
+            f"course_utils.use_virtual_cpus({n}) before anything else uses TensorFlow)."
+        )
+    return [f"/cpu:{i}" for i in range(n)]
 
 
 def mirrored_cpus(n: int, needed_by: str = "This", *, all_reduce: str = "tensorflow") -> Any:
@@ -31,31 +75,16 @@ def mirrored_cpus(n: int, needed_by: str = "This", *, all_reduce: str = "tensorf
     virtual CPUs (``INVALID_ARGUMENT: You must feed a value for placeholder tensor``, TF 2.21,
     Keras 3.15). The same arguments again return the same strategy (see ``_CPU_STRATEGIES``).
 
-    Before TensorFlow starts it splits the CPU into ``n`` virtual CPUs; afterwards it uses the
-    first ``n`` of those TensorFlow has, and when there are fewer it raises
-    :class:`ReplicaCountError` saying what to do (``needed_by`` names the caller in the message).
+    It splits nothing: it uses the first ``n`` of the virtual CPUs the set-up cell made, and when
+    there are fewer it raises :class:`ReplicaCountError` saying what to do (``needed_by`` names the
+    caller in the message).
     """
-    tf = _tf()
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    configured = tf.config.get_logical_device_configuration(cpu) or []
-    if len(configured) < n:
-        try:
-            use_virtual_cpus(n)
-        except ReplicaCountError:
-            pass  # TensorFlow has started: count what it has
-    have = len(tf.config.list_logical_devices("CPU"))
-    if have < n:
-        raise ReplicaCountError(
-            f"{needed_by} needs {n} replicas, but TensorFlow has {have} CPU device"
-            f"{'s' if have != 1 else ''}. Restart the kernel and run the notebook from the top: "
-            f"its first cells call course_utils.use_virtual_cpus({n}) before anything else uses "
-            "TensorFlow."
-        )
+    devices = _cpu_names(n, needed_by)
     if all_reduce not in ALL_REDUCES:
         raise ConfigError(f"all_reduce must be one of {', '.join(ALL_REDUCES)}, not {all_reduce!r}.")
     if (n, all_reduce) not in _CPU_STRATEGIES:
+        tf = _tf()
         ops = tf.distribute.ReductionToOneDevice() if all_reduce == "one_device" else None
-        devices = [f"/cpu:{i}" for i in range(n)]
         # Keys of its own, as TensorFlow's tests do, so that a MirroredStrategy a notebook cell
         # makes itself (keys from 0) cannot collide with the course's.
         cls = tf.distribute.MirroredStrategy
@@ -107,7 +136,7 @@ def connect_tpu(tpu: str = "local") -> Any:
     ``tpu="local"`` is the way on today's TPU VMs (Colab's TPU runtimes included).
     """
     try:
-        resolver = hardware.find_local_tpu(tpu)
+        resolver = find_local_tpu(tpu)
     except NoTPUError as error:
         raise NoTPUError(
             f"No TPU found. Tried TPUClusterResolver(tpu={tpu!r}): "
@@ -118,140 +147,102 @@ def connect_tpu(tpu: str = "local") -> Any:
     return tpu_strategy(resolver)
 
 
-def build_strategy(plan: hardware.HardwarePlan) -> Any:
-    """The strategy for a hardware plan: ``TPUStrategy``, ``MirroredStrategy`` (several GPUs or
-    several virtual CPUs), ``OneDeviceStrategy`` (one GPU), or the default strategy (one CPU)."""
-    if plan.kind == "tpu":
-        return tpu_strategy(plan.resolver)
-    if plan.kind == "multi_gpu":
-        return mirrored_gpus(list(plan.devices))
-    if plan.kind == "one_gpu":
-        return one_device(plan.devices[0])
-    if plan.kind == "cpu":
-        if len(plan.devices) > 1:
-            return mirrored_cpus(len(plan.devices), needed_by="The strategy")
-        return default_strategy()
-    raise ValueError(f"unknown hardware kind {plan.kind!r} (one of {', '.join(hardware.KINDS)})")
+def _build_mirrored(choice: Choice) -> Any:
+    if choice.cpus:
+        return mirrored_cpus(choice.cpus, needed_by="The strategy")
+    return mirrored_gpus(list(choice.devices))
 
 
-def _gpu_names(count: Optional[int]) -> list[str]:
-    gpus = physical_devices("GPU")
-    return [f"/gpu:{i}" for i in range(len(gpus))][: count or len(gpus)]
-
-
-def _auto(count: Optional[int]) -> tuple[Any, str]:
-    plan = hardware.plan_hardware(
-        find_tpu=hardware.find_tpu_if_hinted, cpu_replicas=count or settings().cpu_replicas
-    )
-    strategy = build_strategy(plan)
-    if plan.kind == "tpu":
-        return strategy, "auto: found a TPU"
-    if plan.kind in {"multi_gpu", "one_gpu"}:
-        gpus = len(plan.devices)
-        return strategy, f"auto: found {gpus} GPU{'s' if gpus != 1 else ''}"
-    n = len(plan.devices)
-    if n > 1:
-        return strategy, f"auto: no TPU or GPU, so {n} virtual CPUs; COURSE_REPLICAS=1 for one device"
-    return strategy, "auto: no TPU or GPU, and COURSE_REPLICAS=1: one device"
-
-
-def _mirrored(count: Optional[int]) -> tuple[Any, str]:
-    if physical_devices("GPU"):
-        return mirrored_gpus(_gpu_names(count)), ""
-    return mirrored_cpus(count or settings().cpu_replicas, needed_by="COURSE_STRATEGY=mirrored"), ""
-
-
-def _central_storage(count: Optional[int]) -> tuple[Any, str]:
-    tf = _tf()
-    if physical_devices("GPU"):
-        devices = _gpu_names(count)
-    else:
-        n = count or settings().cpu_replicas
-        use_virtual_cpus(n)
-        devices = [f"/cpu:{i}" for i in range(n)]
-    strategy = tf.distribute.experimental.CentralStorageStrategy(
+def _build_central_storage(choice: Choice) -> Any:
+    devices = list(choice.devices)
+    if choice.cpus:
+        devices = _cpu_names(choice.cpus, "The strategy")
+    return _tf().distribute.experimental.CentralStorageStrategy(
         compute_devices=devices, parameter_device="/cpu:0"
     )
-    return strategy, ""
 
 
-def _multi_worker(count: Optional[int]) -> tuple[Any, str]:
-    import os
-
-    strategy = _tf().distribute.MultiWorkerMirroredStrategy()
-    if not os.environ.get("TF_CONFIG"):
-        return strategy, "no TF_CONFIG: a single worker; notebook 07 starts a real cluster"
-    return strategy, ""
+def _build_tpu(choice: Choice) -> Any:
+    return tpu_strategy(choice.resolver) if choice.resolver is not None else connect_tpu()
 
 
-def _one_device(count: Optional[int]) -> tuple[Any, str]:
-    return one_device("/gpu:0" if physical_devices("GPU") else "/cpu:0"), ""
+@dataclass(frozen=True)
+class StrategyKind:
+    """One kind of ``COURSE_STRATEGY``: its strategy's name, where it runs, how it combines
+    gradients when TensorFlow's object does not say, and how to build it.
+
+    ``spread`` is ``one`` (one device: a GPU, else the CPU), ``many`` (all GPUs, else
+    ``COURSE_REPLICAS`` virtual CPUs) or ``own`` (the strategy finds its devices itself).
+    ``classes`` are the names TensorFlow gives its class, when they differ from ``name``.
+    """
+
+    name: str
+    spread: str
+    build: Callable[[Choice], Any]
+    combines: str = ""
+    classes: tuple[str, ...] = ()
 
 
-#: ``COURSE_STRATEGY`` value -> builder(replicas or None) -> (strategy, note for the one line).
-#: Adding a kind is one builder here, one entry in ``config.STRATEGY_KINDS`` and one README row.
-BUILDERS: dict[str, Callable[[Optional[int]], tuple[Any, str]]] = {
-    "auto": _auto,
-    "default": lambda count: (default_strategy(), ""),
-    "one_device": _one_device,
-    "mirrored": _mirrored,
-    "central_storage": _central_storage,
-    "multi_worker": _multi_worker,
-    "tpu": lambda count: (connect_tpu(), ""),
+_ONE_REPLICA = "none (one replica: nothing to aggregate)"
+
+#: Every strategy ``COURSE_STRATEGY`` can name (``auto`` is not one: the chain of notebook 06
+#: chooses one of these).
+STRATEGIES: dict[str, StrategyKind] = {
+    "default": StrategyKind(
+        "default strategy",
+        "one",
+        lambda c: default_strategy(),
+        _ONE_REPLICA,
+        ("_DefaultDistributionStrategy",),
+    ),
+    "one_device": StrategyKind("OneDeviceStrategy", "one", lambda c: one_device(c.devices[0]), _ONE_REPLICA),
+    "mirrored": StrategyKind("MirroredStrategy", "many", _build_mirrored),
+    "central_storage": StrategyKind(
+        "CentralStorageStrategy",
+        "many",
+        _build_central_storage,
+        "gradients reduced onto the parameter device",
+    ),
+    "multi_worker": StrategyKind(
+        "MultiWorkerMirroredStrategy",
+        "own",
+        lambda c: _tf().distribute.MultiWorkerMirroredStrategy(),
+        "CollectiveAllReduce (collective ops between workers)",
+        ("CollectiveAllReduceStrategy",),
+    ),
+    "tpu": StrategyKind(
+        "TPUStrategy", "own", _build_tpu, "TPU all-reduce over the interconnect", ("TPUStrategyV2",)
+    ),
 }
 
 
-_DISPLAY_NAMES = {
-    "_DefaultDistributionStrategy": "default strategy",
-    "CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy",
-}
+def build_strategy(choice: Choice) -> Any:
+    """Build the strategy of a :class:`Choice`: the one place the course constructs a strategy."""
+    kind = STRATEGIES.get(choice.kind)
+    if kind is None:
+        raise ValueError(f"unknown strategy kind {choice.kind!r} (one of {', '.join(STRATEGIES)})")
+    return kind.build(choice)
+
+
+# --------------------------------------------------------------------------- in words
+
+
+def _kind_of(strategy: Any) -> Optional[StrategyKind]:
+    name = type(strategy).__name__
+    return next((k for k in STRATEGIES.values() if name == k.name or name in k.classes), None)
 
 
 def strategy_name(strategy: Any) -> str:
     """The name a student knows a strategy by (``MirroredStrategy``, ``default strategy``...)."""
-    name = type(strategy).__name__
-    return _DISPLAY_NAMES.get(name, name)
-
-
-def _announce(strategy: Any, note: str = "") -> None:
-    devices = ", ".join(_short_device(d) for d in _strategy_devices(strategy))
-    line = (
-        f"Strategy: {strategy_name(strategy)} with {strategy.num_replicas_in_sync} "
-        f"replica{'s' if strategy.num_replicas_in_sync != 1 else ''} on {devices}"
-    )
-    print(line + (f" ({note})" if note else ""))
-
-
-def get_strategy(kind: Optional[str] = None, replicas: Optional[int] = None, *, verbose: bool = True) -> Any:
-    """Return the strategy the course should use here, and print one line saying which.
-
-    ``kind`` and ``replicas`` default to ``COURSE_STRATEGY`` (``auto``) and ``COURSE_REPLICAS``.
-
-    * ``auto``: the chain notebook 06 teaches (:func:`course_utils.hardware.plan_hardware`): a
-      TPU if there is one, else ``MirroredStrategy`` over all GPUs (``OneDeviceStrategy`` on a
-      single GPU), else a ``MirroredStrategy`` over ``COURSE_REPLICAS`` virtual CPUs (2 when
-      unset; ``COURSE_REPLICAS=1`` gives the default strategy on one device).
-    * ``default``, ``one_device``, ``mirrored``, ``central_storage``, ``multi_worker``, ``tpu``:
-      that strategy. ``mirrored`` and ``central_storage`` on a CPU use ``COURSE_REPLICAS``
-      virtual CPUs (2 when unset). ``tpu`` raises :class:`NoTPUError` when there is none.
-    """
-    kind = parse_kind(kind) if kind is not None else settings().strategy
-    count = parse_replicas(replicas, "replicas") if replicas is not None else settings().replicas
-    builder = BUILDERS.get(kind)
-    if builder is None:  # parse_kind already refused anything else
-        raise AssertionError(f"unhandled strategy kind {kind!r} (valid: {STRATEGY_KINDS})")
-    strategy, note = builder(count)
-    if verbose:
-        _announce(strategy, note)
-    return strategy
-
-
-# --------------------------------------------------------------------------- describing
+    kind = _kind_of(strategy)
+    return kind.name if kind is not None else type(strategy).__name__
 
 
 def _short_device(name: str) -> str:
-    """``/job:localhost/replica:0/task:0/device:CPU:1`` -> ``CPU:1``."""
-    return name.split("device:")[-1] if "device:" in name else name
+    """``/job:localhost/replica:0/task:0/device:CPU:1`` or ``/cpu:1`` -> ``CPU:1``."""
+    if "device:" in name:
+        return name.split("device:")[-1]
+    return name.rsplit("/", 1)[-1].upper() if name.startswith("/") else name
 
 
 def _strategy_devices(strategy: Any) -> list[str]:
@@ -264,22 +255,68 @@ def _strategy_devices(strategy: Any) -> list[str]:
     return ["/device:CPU:0"]
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def _reason(choice: Choice) -> str:
+    """Why this choice, when it needs saying: the chain's finding, or a missing cluster."""
+    if choice.auto:
+        if choice.kind == "tpu":
+            return "auto: found a TPU"
+        gpus = len(choice.devices) - choice.cpus
+        if gpus:
+            return f"auto: found {_plural(gpus, 'GPU')}"
+        if choice.cpus > 1:
+            return f"auto: no TPU or GPU, so {choice.cpus} virtual CPUs; COURSE_REPLICAS=1 for one device"
+        return "auto: no TPU or GPU, and COURSE_REPLICAS=1: one device"
+    if choice.kind == "multi_worker" and not choice.cluster:
+        return "no TF_CONFIG: a single worker; notebook 07 starts a real cluster"
+    return ""
+
+
+def in_words(choice: Choice, strategy: Any = None, *, reason: bool = False) -> str:
+    """The choice in one phrase: the one place the course puts a strategy into words.
+
+    Before it is built: ``"MirroredStrategy over 2 virtual CPUs"``. Built (``strategy`` given):
+    ``"MirroredStrategy with 2 replicas on CPU:0, CPU:1"``. ``reason=True`` adds why, in brackets,
+    when there is something to say (``"(auto: found 4 GPUs)"``).
+    """
+    name = STRATEGIES[choice.kind].name if choice.kind in STRATEGIES else choice.kind
+    if strategy is not None and hasattr(strategy, "num_replicas_in_sync"):
+        replicas = int(strategy.num_replicas_in_sync)
+        where = ", ".join(_short_device(d) for d in _strategy_devices(strategy))
+        text = f"{strategy_name(strategy)} with {_plural(replicas, 'replica')} on {where}"
+    else:
+        cpus, gpus = choice.cpus, len(choice.devices) - choice.cpus
+        if choice.kind == "tpu":
+            text = f"{name} over the TPU's cores"
+        elif choice.kind == "multi_worker":
+            text = f"{name} over the workers of TF_CONFIG" if choice.cluster else f"{name} on a single worker"
+        elif choice.kind == "default":
+            text = f"the {name} on {'the CPU' if cpus else choice.devices[0]}"
+        elif len(choice.devices) == 1 and STRATEGIES[choice.kind].spread == "one":
+            text = f"{name} on {choice.devices[0]}"
+        else:
+            text = f"{name} over {_plural(gpus, 'GPU') if gpus else _plural(cpus, 'virtual CPU')}"
+        if strategy is not None:  # not a strategy: a stand-in (notebook 06 builds fakes)
+            text += f": {strategy!r}"
+    why = _reason(choice) if reason else ""
+    return f"{text} ({why})" if why else text
+
+
+# --------------------------------------------------------------------------- describing
+
+
 def _cross_device_ops(strategy: Any) -> str:
-    if strategy.num_replicas_in_sync == 1 and type(strategy).__name__ in {
-        "_DefaultDistributionStrategy",
-        "OneDeviceStrategy",
-    }:
-        return "none (one replica: nothing to aggregate)"
+    kind = _kind_of(strategy)
     ops = getattr(strategy.extended, "_cross_device_ops", None)
+    if kind is not None and kind.combines == _ONE_REPLICA and strategy.num_replicas_in_sync == 1:
+        return _ONE_REPLICA
     if ops is not None:
         return type(ops).__name__
-    name = type(strategy).__name__
-    if name == "MultiWorkerMirroredStrategy":
-        return "CollectiveAllReduce (collective ops between workers)"
-    if name == "CentralStorageStrategy":
-        return "gradients reduced onto the parameter device"
-    if name == "TPUStrategy":
-        return "TPU all-reduce over the interconnect"
+    if kind is not None and kind.combines:
+        return kind.combines
     return "chosen by TensorFlow at run time"
 
 

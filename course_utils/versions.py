@@ -1,4 +1,4 @@
-"""The version policy: which TensorFlow and Keras the course is tested on, written once.
+"""Every notebook (the set-up report): the version policy, which TensorFlow and Keras the course is tested on.
 
 The course is tested on a range of releases, not one:
 

@@ -74,6 +74,35 @@ def test_student_version() -> None:
     assert "course_utils.setup()" in student.cells[2].source
 
 
+def test_the_setup_cell_splits_the_cpus_its_notebook_needs() -> None:
+    """metadata.course.cpus of the set-up cell becomes course_utils.setup(cpus=N): the one split."""
+    master = _master()
+    master.cells[2].metadata["course"]["cpus"] = 4
+    master.cells[2].outputs = [nbformat.v4.new_output("stream", name="stdout", text="report\n")]
+    rendered = authoring._render_headers(master, "01_x.ipynb", "solutions", CONFIG)
+    assert rendered.cells[2].source.endswith("settings = course_utils.setup(cpus=4)")
+    assert rendered.cells[2].outputs == []  # a changed set-up cell loses its stale output
+    again = authoring._render_headers(rendered, "01_x.ipynb", "solutions", CONFIG)
+    again.cells[2].outputs = [nbformat.v4.new_output("stream", name="stdout", text="report\n")]
+    assert authoring._render_headers(again, "01_x.ipynb", "solutions", CONFIG).cells[2].outputs  # kept
+    for bad in (0, "4", True, 2.5):
+        master.cells[2].metadata["course"]["cpus"] = bad
+        with pytest.raises(authoring.AuthoringError, match="cpus must be a whole number"):
+            authoring.student_version(master, "01_x.ipynb", CONFIG)
+
+
+def test_every_master_splits_the_cpus_in_its_setup_cell_only() -> None:
+    """The masters ask for their virtual CPUs in the set-up cell; no later cell splits the CPU
+    again, except notebook 00's lesson on use_virtual_cpus itself."""
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        (setup,) = [c for c in nb.cells if authoring.role(c) == "setup"]
+        assert setup.source.endswith(f"course_utils.setup({authoring.setup_arguments(setup)})"), path.name
+        later = [c.source for c in nb.cells if c.cell_type == "code" and c is not setup]
+        if not path.name.startswith("00_"):
+            assert not any("use_virtual_cpus(" in src for src in later), f"{path.name} splits the CPU again"
+
+
 def test_exercises_need_ids_and_checks() -> None:
     nb = _master()
     assert [e.id for e in authoring.exercises(nb)] == ["double"]

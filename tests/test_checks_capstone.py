@@ -52,7 +52,7 @@ def _no_penalty(labels, logits, weights, model_losses, global_batch_size):
 @pytest.mark.parametrize(
     ("answer", "hint"),
     [
-        (_unscaled_penalty, "the penalty is added on every replica (its part of the update is 2.00x)"),
+        (_unscaled_penalty, "the penalty is added on every replica (its part of the update is 2.00x"),
         (_no_weights, "sample weights ignored"),
         (_local_mean, "each replica averages over its own examples"),
         (_no_penalty, "the penalty is missing"),
@@ -93,7 +93,7 @@ def test_capstone_clip_mistakes(answer, hint: str) -> None:
 @pytest.mark.parametrize(
     ("answer", "hint"),
     [
-        (ex.step_with_loss(right_loss, _local_clip), "most likely clipping"),
+        (ex.step_with_loss(right_loss, _local_clip), "each replica clips its own gradient"),
         (ex.step_with_loss(_unscaled_penalty, right_clip), "the penalty is added on every replica"),
     ],
     ids=["clipping per replica", "penalty not scaled"],

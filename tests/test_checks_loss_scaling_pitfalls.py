@@ -74,6 +74,27 @@ def test_clip_after_sum(tf, capsys) -> None:
 
     fails_with(ex.check_clip_after_sum, hard_coded, "On 1 device", "0.50x")
     fails_with(ex.check_clip_after_sum, lambda grads, clip_norm: grads, "not clipped")
+
+    def mean_then_divided(grads, clip_norm):  # a MEAN where the SUM belongs: right while the clip fires
+        context = tf.distribute.get_replica_context()
+        mean = context.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
+        return [g / context.num_replicas_in_sync for g in tf.clip_by_global_norm(mean, clip_norm)[0]]
+
+    fails_with(
+        ex.check_clip_after_sum,
+        mean_then_divided,
+        "On 2 replicas, with clip_norm=100 (a clip norm no gradient reaches)",
+        "0.50x",
+        "ReduceOp.MEAN",
+    )
+
+    def mean_clipped(grads, clip_norm):  # a MEAN passed whole: right while no clip fires
+        mean = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, grads)
+        return tf.clip_by_global_norm(mean, clip_norm)[0]
+
+    fails_with(
+        ex.check_clip_after_sum, mean_clipped, "with clip_norm=0.01 (the clip firing)", "2.00x", "SUMS"
+    )
     fails_with(ex.check_clip_after_sum, blank, "not done yet")
 
 

@@ -27,6 +27,8 @@ from course_utils.errors import ConfigError, summarize_error
 SHOW = "course_utils.workers.show_tf_config"
 MULTI = "course_utils.workers.multi_worker"
 ROOT = Path(__file__).resolve().parents[1]
+#: A TensorFlow cluster on a busy 2-core machine may take minutes to start its servers.
+SLOW_START = cl.ClusterOptions(start_timeout=300)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -72,6 +74,8 @@ def test_cluster_spec_picks_distinct_free_ports() -> None:
     assert cl.chief_of(spec) == "chief 0"
     assert cl.chief_of({"worker": ["a:1", "b:2"]}) == "worker 0"
     assert cl.tasks_of(spec)[:2] == [("chief", 0), ("worker", 0)]
+    assert cl.describe_jobs(spec) == "1 chief, 3 workers, 2 ps"
+    assert cl.describe_jobs({"worker": ["a:1"]}) == "1 worker"
 
 
 def test_make_tf_config_is_what_tensorflow_reads(monkeypatch) -> None:
@@ -106,6 +110,74 @@ def test_summarize_error_gives_one_stable_line() -> None:
     assert summarize_error(["just a line"]) == ""
 
 
+def test_the_rarely_used_settings_are_one_frozen_record() -> None:
+    import dataclasses
+    import inspect
+
+    options = cl.ClusterOptions(start_timeout=5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.start_timeout = 6  # type: ignore[misc]
+    assert cl.ClusterOptions() == cl.ClusterOptions(start_timeout=180.0, wait_ready=True, tf_config=True)
+    assert len(inspect.signature(cl.LocalCluster).parameters) <= 11
+    cluster = cl.LocalCluster(SHOW, options=cl.ClusterOptions(name="cell", evaluator=1, prefix=False))
+    assert cluster.name == "cell" and cluster.counts["evaluator"] == 1 and not cluster.running
+    assert cl.LocalCluster(SHOW).name == SHOW
+    with pytest.raises(ConfigError, match="give a ClusterOptions"):
+        cl.LocalCluster(SHOW, options={"start_timeout": 5})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="start_timeout"):
+        cl.LocalCluster(SHOW, start_timeout=5)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match="at most one chief and one evaluator"):
+        cl.LocalCluster(SHOW, options=cl.ClusterOptions(evaluator=2))
+
+
+def test_importing_any_cluster_module_registers_nothing() -> None:
+    """No ``atexit`` hook and no signal handler on import: the exit hook comes with the first cluster."""
+    code = f"""
+        import atexit, importlib, json, pkgutil, signal, sys
+
+        calls = []
+
+        def recorder(kind, real):
+            def record(*args, **kwargs):
+                caller = sys._getframe(1).f_globals.get("__name__", "")
+                if caller.startswith("course_utils"):
+                    calls.append([kind, caller, getattr(args[0], "__qualname__", repr(args[0]))])
+                return real(*args, **kwargs)
+            return record
+
+        atexit.register = recorder("atexit", atexit.register)
+        signal.signal = recorder("signal", signal.signal)
+        names = []
+        for package in ("course_utils.cluster", "course_utils.workers"):
+            names.append(package)
+            module = importlib.import_module(package)
+            names += [m.name for m in pkgutil.walk_packages(module.__path__, package + ".")]
+        for name in names:
+            importlib.import_module(name)
+        print("IMPORTED", json.dumps(sorted(names)), flush=True)
+        print("CALLS", json.dumps(calls), flush=True)
+
+        from course_utils.cluster import run_cluster
+        for _ in range(2):
+            run_cluster({SHOW!r}, workers=1, verbose=False)
+        print("STARTED", json.dumps(calls), flush=True)
+        """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in done.stdout.splitlines()}
+    imported = json.loads(lines["IMPORTED"])
+    assert {
+        "course_utils.cluster.registry",
+        "course_utils.cluster.launcher",
+        "course_utils.workers.common",
+    } <= set(imported)
+    assert json.loads(lines["CALLS"]) == [], "importing a module registered a hook"
+    # The first cluster registers the exit hook, once; the second adds nothing.
+    assert json.loads(lines["STARTED"]) == [["atexit", "course_utils.cluster.registry", "stop_all"]]
+
+
 # --------------------------------------------------------------------------- processes (no TF)
 
 
@@ -122,6 +194,16 @@ def test_every_task_reads_its_own_tf_config(capsys) -> None:
     assert out.index("[worker 0]") < out.index("[worker 1]") < out.index("[worker 2]")
     for port in result.cluster["worker"]:
         assert port.rsplit(":", 1)[1] not in out
+
+
+def test_run_module_runs_one_plain_process(capsys) -> None:
+    """``run_module`` (notebook 08): no ``TF_CONFIG``, no launcher lines, no task prefix."""
+    log = cl.run_module(SHOW)
+    assert log.ok and log.lines == ["no TF_CONFIG: a single process, not part of any cluster"]
+    assert capsys.readouterr().out == "no TF_CONFIG: a single process, not part of any cluster\n"
+    cl.run_module(SHOW, options=cl.ClusterOptions(prefix=True, announce=True, tf_config=True))
+    out = capsys.readouterr().out
+    assert "[cluster] started 1 worker" in out and "[worker 0] I am worker 0 in a cluster of 1 worker" in out
 
 
 @pytest.mark.parametrize("run", [1, 2])
@@ -165,8 +247,9 @@ def test_interrupt_while_waiting_cleans_up(monkeypatch) -> None:
 
 
 def test_rerunning_a_cell_stops_the_earlier_cluster(capsys) -> None:
-    first = cl.LocalCluster(SHOW, ["--serve", "60"], workers=2, name="cell").start()
-    second = cl.LocalCluster(SHOW, ["--serve", "60"], workers=2, name="cell").start()
+    cell = cl.ClusterOptions(name="cell")
+    first = cl.LocalCluster(SHOW, ["--serve", "60"], workers=2, options=cell).start()
+    second = cl.LocalCluster(SHOW, ["--serve", "60"], workers=2, options=cell).start()
     try:
         assert "stopped the earlier cluster" in capsys.readouterr().out
         _nothing_left(first)
@@ -252,7 +335,7 @@ def test_workers_end_themselves_when_the_launcher_is_killed() -> None:
 
 @pytest.mark.parametrize("run", [1, 2])
 def test_tensorflow_cluster_twice_leaves_no_process_and_no_port(run: int, capsys) -> None:
-    with cl.LocalCluster(MULTI, ["--epochs", "0"], workers=2, timeout=400, start_timeout=300) as cluster:
+    with cl.LocalCluster(MULTI, ["--epochs", "0"], workers=2, timeout=400, options=SLOW_START) as cluster:
         busy = [p for p in cluster.ports if not cl.port_is_free(p)]
         assert len(busy) == 2, "both gRPC servers should be listening once the cluster is ready"
         result = cluster.wait()
@@ -266,7 +349,7 @@ def test_tensorflow_cluster_twice_leaves_no_process_and_no_port(run: int, capsys
 
 def test_killing_a_worker_mid_training_then_resuming(tmp_path: Path) -> None:
     args = ["--checkpoint-dir", str(tmp_path), "--epochs", "3", "--steps", "4", "--save-every", "2"]
-    cluster = cl.LocalCluster(MULTI, args, workers=2, timeout=400, start_timeout=300, verbose=False)
+    cluster = cl.LocalCluster(MULTI, args, workers=2, timeout=400, options=SLOW_START, verbose=False)
     with pytest.raises(cl.WorkerFailed) as caught:
         with cluster:
             # Kill worker 1 at whatever moment it is at once the first checkpoint exists.
@@ -284,7 +367,7 @@ def test_killing_a_worker_mid_training_then_resuming(tmp_path: Path) -> None:
     }
     assert saved and saved[-1] < 12
 
-    result = cl.run_cluster(MULTI, args, workers=2, timeout=400, start_timeout=300, verbose=False)
+    result = cl.run_cluster(MULTI, args, workers=2, timeout=400, options=SLOW_START, verbose=False)
     chief = result["worker 0"]
     restored = chief.data["restored_from"]
     resumed_at = int(restored.rsplit("-", 1)[1])
@@ -336,7 +419,8 @@ def test_running_a_notebook_cell_twice_leaves_nothing(tmp_path: Path) -> None:
         "ports += [int(a.rsplit(':', 1)[1]) for job in result.cluster.values() for a in job]"
     )
     forget_cell = (
-        f"cluster = cl.LocalCluster({SHOW!r}, ['--serve', '600'], workers=2, name='forgotten').start()\n"
+        f"cluster = cl.LocalCluster({SHOW!r}, ['--serve', '600'], workers=2,\n"
+        "                         options=cl.ClusterOptions(name='forgotten')).start()\n"
         "ports += cluster.ports"
     )
     cells = [

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from course_utils import data
-from course_utils._synthetic import make_images
+from course_utils import config, data
+from course_utils.synthetic import make_images
 
 
 def _write_idx(folder: Path, n_train: int = 30, n_test: int = 10) -> None:
@@ -66,6 +66,7 @@ def test_local_keras_cache_comes_first(monkeypatch, tmp_path, capsys) -> None:
 def test_no_network_falls_back_without_hanging(monkeypatch, tmp_path, capsys) -> None:
     monkeypatch.setenv("KERAS_HOME", str(tmp_path))
     monkeypatch.delenv("COURSE_OFFLINE", raising=False)
+    monkeypatch.setattr(config, "_kept", None)  # the settings are kept: read them again
 
     def unreachable(*args, **kwargs):
         raise OSError("network is unreachable")

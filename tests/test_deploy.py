@@ -47,7 +47,7 @@ def test_every_task_derives_the_launchers_tf_config(engine: str, shape: str) -> 
 def test_derived_tf_configs_equal_what_real_launcher_processes_received(tmp_path: Path) -> None:
     program = tmp_path / "report_tf_config.py"
     program.write_text(REPORT_TF_CONFIG)
-    result = run_cluster(str(program), chief=1, workers=2, ps=1, stream="none", announce=False, timeout=120)
+    result = run_cluster(str(program), chief=1, workers=2, ps=1, verbose=False, timeout=120)
     given = {task.task: task.data["tf_config"] for task in result}
     assert list(given) == ["chief 0", "worker 0", "worker 1", "ps 0"]
     # The tasks at the very addresses the launcher used: the Indexed Job embeds them, the

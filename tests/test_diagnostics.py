@@ -1,4 +1,4 @@
-"""course_utils.lessons.diagnostics: the update factor of a distributed train step."""
+"""course_utils.lessons.diagnostics (notebook 05): the update factor of a distributed train step."""
 
 from __future__ import annotations
 
@@ -8,13 +8,9 @@ import os
 import numpy as np
 import pytest
 
+from course_utils.compare import checking_strategy
 from course_utils.errors import CourseError
-from course_utils.lessons.diagnostics import (
-    UpdateFactor,
-    compare_updates,
-    cpu_replicas,
-    update_factor,
-)
+from course_utils.lessons.diagnostics import UpdateFactor, compare_updates, update_factor
 
 GLOBAL_BATCH = 8
 
@@ -149,10 +145,12 @@ def test_several_steps_and_show(two_replicas, capsys) -> None:
         update_factor(_correct(), _make_model, _batch(), strategy=two_replicas, steps=0)
 
 
-def test_cpu_replicas_says_what_to_do() -> None:
-    assert cpu_replicas(2).num_replicas_in_sync == 2
+def test_checking_strategy_says_what_to_do() -> None:
+    assert checking_strategy(2).num_replicas_in_sync == 2
+    assert checking_strategy(2) is checking_strategy(2)  # one per count and process
+    assert checking_strategy(1).num_replicas_in_sync == 1
     with pytest.raises(CourseError, match=r"use_virtual_cpus\(3\)"):
-        cpu_replicas(3)
+        checking_strategy(3)
 
 
 def test_quiet_native_logs(capfd) -> None:

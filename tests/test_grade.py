@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,6 +29,7 @@ from course_tools.grading import (
     course,
     extract,
     gradescope,
+    protocol,
     runner,
     sandbox,
     shards,
@@ -288,68 +290,85 @@ def _graded(the_course):
 
 
 def _cell(result, **extra):
-    return {"result": result, "outputs": extra.pop("outputs", []), **extra}
+    return protocol.CellRecord(cell=-1, result=protocol.CellResult(result), **extra)
+
+
+def _run(cells, **how):
+    """A finished run whose cells are ``cells`` (code-cell number -> record)."""
+    return runner.RunResult(cells={n: replace(r, cell=n) for n, r in cells.items()}, **how)
 
 
 def _stdout(text):
-    return [{"output_type": "stream", "name": "stdout", "text": text}]
+    return ({"output_type": "stream", "name": "stdout", "text": text},)
+
+
+def _statuses(decided):
+    return [e.status for e in decided.exercises]
 
 
 def test_statuses_passed_failed_error_timeout(the_course) -> None:
     graded = _graded(the_course)
     (a, b) = graded.exercises
-    run = runner.RunResult(
-        started=True,
-        done=True,
-        cells={
-            a.solution: _cell("ok"),
-            a.check: _cell("error", ename="ExerciseError", evalue="Exercise uneven_mean: On 2 replicas ..."),
-            b.solution: _cell("ok"),
-            b.check: _cell("error", ename="TypeError", evalue="unsupported operand"),
-        },
-    )
-    status, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
-    assert status == "graded"
-    assert [(e["status"], e["message"][:34]) for e in exercises] == [
+    cells = {
+        a.solution: _cell("ok"),
+        a.check: _cell("error", ename="ExerciseError", evalue="Exercise uneven_mean: On 2 replicas ..."),
+        b.solution: _cell("ok"),
+        b.check: _cell("error", ename="TypeError", evalue="unsupported operand"),
+    }
+    decided = verdict.of_run(graded, _run(cells, started=True, done=True), runner.RunOptions())
+    assert decided.status == "graded"
+    assert [(e.status, e.message[:34]) for e in decided.exercises] == [
         ("failed", "Exercise uneven_mean: On 2 replica"),
         ("error", "Exercise per_replica_batch: the ch"),
     ]
-    run.cells[a.check] = _cell("ok", outputs=_stdout("[pass] uneven_mean: fine.\n"))
-    run.cells[b.solution] = _cell("error", ename="SyntaxError", evalue="invalid syntax (line 2)")
-    run.cells[b.check] = _cell("timeout", timeout=20.0)
-    _, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
-    assert [e["status"] for e in exercises] == ["passed", "timeout"]
-    assert exercises[0]["message"] == "fine."
-    run.cells[b.check] = _cell("ok")
-    _, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
-    assert exercises[1]["status"] == "error" and "SyntaxError" in exercises[1]["message"]
+    cells[a.check] = _cell("ok", outputs=_stdout("[pass] uneven_mean: fine.\n"))
+    cells[b.solution] = _cell("error", ename="SyntaxError", evalue="invalid syntax (line 2)")
+    cells[b.check] = _cell("timeout", timeout=20.0)
+    decided = verdict.of_run(graded, _run(cells, started=True, done=True), runner.RunOptions())
+    assert _statuses(decided) == ["passed", "timeout"]
+    assert decided.exercises[0].message == "fine."
+    cells[b.check] = _cell("ok")
+    decided = verdict.of_run(graded, _run(cells, started=True, done=True), runner.RunOptions())
+    assert decided.exercises[1].status == "error" and "SyntaxError" in decided.exercises[1].message
 
 
 def test_statuses_when_the_run_breaks(the_course) -> None:
     graded = _graded(the_course)
     (a, b) = graded.exercises
     ok = _cell("ok", outputs=_stdout("[pass] uneven_mean: fine.\n"))
+    options = runner.RunOptions()
     # No [pass] line: not passed, whatever else happened.
-    run = runner.RunResult(started=True, cells={a.solution: _cell("ok"), a.check: _cell("ok")})
-    assert verdict.exercise_results(graded, run, runner.RunOptions())[1][0]["status"] == "error"
+    run = _run({a.solution: _cell("ok"), a.check: _cell("ok")}, started=True)
+    assert verdict.of_run(graded, run, options).exercises[0].status == "error"
     # The notebook timeout: what finished counts, the rest is a timeout.
-    run = runner.RunResult(
-        started=True, notebook_timed_out=True, cells={a.solution: _cell("ok"), a.check: ok}
-    )
-    status, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
-    assert status == "timeout" and [e["status"] for e in exercises] == ["passed", "timeout"]
+    run = _run({a.solution: _cell("ok"), a.check: ok}, started=True, notebook_timed_out=True)
+    decided = verdict.of_run(graded, run, options)
+    assert decided.status == "timeout" and _statuses(decided) == ["passed", "timeout"]
     # The kernel died in the second exercise.
-    run = runner.RunResult(
+    run = _run(
+        {a.solution: _cell("ok"), a.check: ok, b.solution: _cell("died"), b.check: _cell("not-run")},
         started=True,
-        cells={a.solution: _cell("ok"), a.check: ok, b.solution: _cell("died"), b.check: _cell("not-run")},
     )
-    status, exercises, _ = verdict.exercise_results(graded, run, runner.RunOptions())
-    assert status == "error" and [e["status"] for e in exercises] == ["passed", "error"]
+    decided = verdict.of_run(graded, run, options)
+    assert decided.status == "error" and _statuses(decided) == ["passed", "error"]
     # The grader could not start a kernel: every exercise says so, nothing is blamed on the student.
-    run = runner.RunResult(started=True, setup_error="RuntimeError: Kernel died before replying")
-    status, exercises, notes = verdict.exercise_results(graded, run, runner.RunOptions())
-    assert status == "error" and {e["status"] for e in exercises} == {"error"}
-    assert "kernel did not start" in notes[0]
+    run = _run({}, started=True, setup_error="RuntimeError: Kernel died before replying")
+    decided = verdict.of_run(graded, run, options)
+    assert decided.status == "error" and set(_statuses(decided)) == {"error"}
+    assert "kernel did not start" in decided.notes[0]
+
+
+def test_a_run_sees_both_packages() -> None:
+    """The grading run (and the sandbox around it) imports course_utils (the notebook) and
+    course_tools (the plugin, the sandbox) from the grader's own copy of each."""
+    import course_tools
+    import course_utils
+
+    env = runner.run_environment(Path("/nowhere"), runner.RunOptions(), "token")
+    path = env["PYTHONPATH"].split(os.pathsep)
+    for package in (course_utils, course_tools):
+        folder = Path(list(package.__path__)[0]).resolve().parent
+        assert str(folder) in path, (package.__name__, path)
 
 
 def test_usage_errors_exit_2(tmp_path) -> None:
@@ -604,9 +623,8 @@ def test_report_says_what_the_verdict_does_with_errors_inside_a_check(graded_cla
     assert "the status is `failed`" in docs
     graded = _graded(course.load_course(graded_class.course))
     (a, _) = graded.exercises
-    run = runner.RunResult(
-        started=True,
-        cells={
+    run = _run(
+        {
             a.solution: _cell("ok"),
             a.check: _cell(
                 "error",
@@ -614,8 +632,9 @@ def test_report_says_what_the_verdict_does_with_errors_inside_a_check(graded_cla
                 evalue="Exercise uneven_mean: your function raised ZeroDivisionError",
             ),
         },
+        started=True,
     )
-    assert verdict.exercise_results(graded, run, runner.RunOptions())[1][0]["status"] == "failed"
+    assert verdict.of_run(graded, run, runner.RunOptions()).exercises[0].status == "failed"
 
 
 # --------------------------------------------------------------------------- shards and merge

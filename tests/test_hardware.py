@@ -13,12 +13,12 @@ import pytest
 from course_utils.errors import NoTPUError, describe_error
 from course_utils.hardware import (
     KINDS,
-    FakeMachine,
     HardwarePlan,
     detect_strategy,
     find_local_tpu,
     plan_hardware,
 )
+from course_utils.lessons.machines import FakeMachine
 
 
 def _plan(machine: FakeMachine) -> HardwarePlan:
@@ -94,11 +94,14 @@ def test_describe_error() -> None:
 
 
 def test_cpu_replicas_default(monkeypatch) -> None:
-    monkeypatch.delenv("COURSE_REPLICAS", raising=False)
+    """The chain's CPU count is the kept settings' (COURSE_REPLICAS as the set-up cell read it)."""
+    from course_utils import config
+
+    monkeypatch.setattr(config, "_kept", config.read({}))
     machine = FakeMachine()
     plan = plan_hardware(find_tpu=machine.find_tpu, list_devices=machine.list_devices)
     assert len(plan.devices) == 2  # COURSE_REPLICAS unset: 2, so students see distribution
-    monkeypatch.setenv("COURSE_REPLICAS", "3")
+    monkeypatch.setattr(config, "_kept", config.read({"COURSE_REPLICAS": "3"}))
     plan = plan_hardware(find_tpu=machine.find_tpu, list_devices=machine.list_devices)
     assert len(plan.devices) == 3
 
@@ -115,7 +118,7 @@ def test_detect_strategy_with_fakes(capsys) -> None:
     out = capsys.readouterr().out.splitlines()
     assert out == [
         "Tried: TPU no (ValueError: Please provide a TPU Name to connect to.); GPU yes (4 found)",
-        "Chose: multi_gpu: 'fake strategy'",
+        "Chose: MirroredStrategy over 4 GPUs: 'fake strategy'",
     ]
 
 
@@ -132,14 +135,16 @@ def test_find_local_tpu_fails_fast_here() -> None:
 def test_build_strategy_on_cpus() -> None:
     import tensorflow as tf
 
-    from course_utils.strategies import build_strategy
+    from course_utils.strategies import Choice, build_strategy
 
-    two = build_strategy(HardwarePlan("cpu", ("/cpu:0", "/cpu:1")))
+    two = build_strategy(HardwarePlan("cpu", ("/cpu:0", "/cpu:1")).choice())
     assert isinstance(two, tf.distribute.MirroredStrategy) and two.num_replicas_in_sync == 2
-    one = build_strategy(HardwarePlan("cpu", ("/cpu:0",)))
+    one = build_strategy(HardwarePlan("cpu", ("/cpu:0",)).choice())
     assert one is tf.distribute.get_strategy()
     with pytest.raises(ValueError, match="unknown hardware kind"):
-        build_strategy(HardwarePlan("quantum"))
+        HardwarePlan("quantum").choice()
+    with pytest.raises(ValueError, match="unknown strategy kind 'quantum'"):
+        build_strategy(Choice("quantum"))
     assert KINDS == ("tpu", "multi_gpu", "one_gpu", "cpu")
 
 
@@ -159,3 +164,24 @@ def test_no_sign_of_a_tpu_is_a_fast_no(monkeypatch) -> None:
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(NoTPUError, match="no sign of one"):
         hardware.find_tpu_if_hinted()
+
+
+@pytest.mark.parametrize(
+    "gpus, tpu, auto, mirrored, one_device",
+    [
+        (0, False, ("mirrored", ("/cpu:0", "/cpu:1", "/cpu:2")), ("/cpu:0", "/cpu:1", "/cpu:2"), ("/cpu:0",)),
+        (1, False, ("one_device", ("/gpu:0",)), ("/gpu:0",), ("/gpu:0",)),
+        (4, False, ("mirrored", ("/gpu:0", "/gpu:1", "/gpu:2")), ("/gpu:0", "/gpu:1", "/gpu:2"), ("/gpu:0",)),
+        (2, True, ("tpu", ()), ("/gpu:0", "/gpu:1"), ("/gpu:0",)),
+    ],
+)
+def test_choose_decides_without_building(gpus, tpu, auto, mirrored, one_device, monkeypatch) -> None:
+    """choose(): auto is the chain (its first GPUs up to the count), other kinds follow their row."""
+    from course_utils import hardware
+
+    machine = FakeMachine(gpus=gpus)
+    monkeypatch.setattr(hardware, "find_tpu_if_hinted", FakeMachine(tpu=tpu).find_tpu)
+    choice = hardware.choose("auto", 3, list_devices=machine.list_devices)
+    assert (choice.kind, choice.devices[:3], choice.auto) == (*auto, True)
+    assert hardware.choose("mirrored", 3, list_devices=machine.list_devices).devices == mirrored
+    assert hardware.choose("one_device", 3, list_devices=machine.list_devices).devices == one_device

@@ -78,15 +78,20 @@ def test_version_warnings() -> None:
 
 
 def test_the_report_says_in_one_line_what_training_runs_on() -> None:
-    from course_utils.config import settings
+    """The report's line is the strategy's words (strategies.in_words), decided without building."""
+    from course_utils.config import read
     from course_utils.runtime import training_line
 
-    assert training_line(settings({})) == (
-        "2 replicas on virtual CPUs, by default: a MirroredStrategy (COURSE_REPLICAS=1 for one device)"
+    assert training_line(read({})) == (
+        "MirroredStrategy over 2 virtual CPUs (auto: no TPU or GPU, so 2 virtual CPUs; "
+        "COURSE_REPLICAS=1 for one device)"
     )
-    assert training_line(settings({"COURSE_REPLICAS": "1"})) == "one device (COURSE_REPLICAS=1)"
-    assert training_line(settings({"COURSE_STRATEGY": "default"})) == (
-        "the strategy COURSE_STRATEGY=default names"
+    assert training_line(read({"COURSE_REPLICAS": "1"})) == (
+        "the default strategy on the CPU (auto: no TPU or GPU, and COURSE_REPLICAS=1: one device)"
+    )
+    assert training_line(read({"COURSE_STRATEGY": "default"})) == "the default strategy on the CPU"
+    assert training_line(read({"COURSE_STRATEGY": "mirrored", "COURSE_REPLICAS": "3"})) == (
+        "MirroredStrategy over 3 virtual CPUs"
     )
 
 

@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from course_utils.plots import draw_parallelism  # noqa: E402
+from course_utils.lessons.parallelism import draw_parallelism  # noqa: E402
 
 
 @pytest.mark.parametrize("layers, devices, micro_batches", [(4, 2, 4), (6, 3, 2)])

@@ -1,12 +1,32 @@
-"""get_strategy for every kind, describe, virtual CPUs and their errors."""
+"""get_strategy for every kind, describe, virtual CPUs and their errors; every kind of
+COURSE_STRATEGY has a builder, words and a README row."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
 import course_utils
+from course_utils import config
 from course_utils.errors import ConfigError, NoTPUError, ReplicaCountError, last_error_line
 from course_utils.processes import run_python
+
+
+@pytest.fixture
+def course_env(monkeypatch):
+    """Set COURSE_* variables for one test; the settings are read again, as a re-run set-up cell
+    reads them (the kept settings come back after the test)."""
+
+    def apply(**values: str | None) -> None:
+        for name, value in values.items():
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
+        monkeypatch.setattr(config, "_kept", None)
+
+    return apply
 
 
 @pytest.mark.parametrize(
@@ -49,8 +69,8 @@ def test_central_storage_keeps_variables_on_one_device() -> None:
     assert info.devices == ("CPU:0", "CPU:1")
 
 
-def test_auto_without_accelerator_or_settings_is_two_replicas(monkeypatch, capsys) -> None:
-    monkeypatch.delenv("COURSE_REPLICAS", raising=False)
+def test_auto_without_accelerator_or_settings_is_two_replicas(course_env, capsys) -> None:
+    course_env(COURSE_REPLICAS=None)
     strategy = course_utils.get_strategy("auto")
     assert type(strategy).__name__ == "MirroredStrategy" and strategy.num_replicas_in_sync == 2
     line = capsys.readouterr().out.strip()
@@ -60,8 +80,8 @@ def test_auto_without_accelerator_or_settings_is_two_replicas(monkeypatch, capsy
     )
 
 
-def test_auto_with_one_replica_is_the_default_strategy(monkeypatch, capsys) -> None:
-    monkeypatch.setenv("COURSE_REPLICAS", "1")
+def test_auto_with_one_replica_is_the_default_strategy(course_env, capsys) -> None:
+    course_env(COURSE_REPLICAS="1")
     strategy = course_utils.get_strategy("auto")
     assert strategy is __import__("tensorflow").distribute.get_strategy()
     assert "COURSE_REPLICAS=1: one device" in capsys.readouterr().out
@@ -69,12 +89,12 @@ def test_auto_with_one_replica_is_the_default_strategy(monkeypatch, capsys) -> N
 
 def test_auto_follows_the_chain_of_notebook_06(monkeypatch) -> None:
     """auto asks hardware.plan_hardware, the chain notebook 06 prints, and builds its plan."""
-    from course_utils import hardware, strategies
+    from course_utils import hardware
 
     seen = []
     real = hardware.plan_hardware
     monkeypatch.setattr(hardware, "plan_hardware", lambda **kw: seen.append(kw) or real(**kw))
-    strategies.get_strategy("auto", verbose=False)
+    hardware.get_strategy("auto", verbose=False)
     assert seen and seen[0]["find_tpu"] is hardware.find_tpu_if_hinted
 
 
@@ -84,15 +104,15 @@ def test_multi_worker_without_tf_config_says_single_worker(monkeypatch, capsys) 
     assert "no TF_CONFIG: a single worker" in capsys.readouterr().out
 
 
-def test_auto_with_replicas_is_mirrored(monkeypatch) -> None:
-    monkeypatch.setenv("COURSE_REPLICAS", "2")
+def test_auto_with_replicas_is_mirrored(course_env) -> None:
+    course_env(COURSE_REPLICAS="2")
     strategy = course_utils.get_strategy(verbose=False)
     assert type(strategy).__name__ == "MirroredStrategy"
     assert strategy.num_replicas_in_sync == 2
 
 
-def test_environment_kind_is_used(monkeypatch) -> None:
-    monkeypatch.setenv("COURSE_STRATEGY", "one_device")
+def test_environment_kind_is_used(course_env) -> None:
+    course_env(COURSE_STRATEGY="one_device")
     assert type(course_utils.get_strategy(verbose=False)).__name__ == "OneDeviceStrategy"
 
 
@@ -237,7 +257,36 @@ def test_mirrored_cpus_uses_the_first_virtual_cpus() -> None:
     with pytest.raises(ReplicaCountError) as info:
         mirrored_cpus(3, needed_by="The demo")
     assert "The demo needs 3 replicas, but TensorFlow has 2 CPU devices" in str(info.value)
-    assert "use_virtual_cpus(3)" in str(info.value)
+    assert "course_utils.setup(cpus=3)" in str(info.value) and "use_virtual_cpus(3)" in str(info.value)
+
+
+def test_mirrored_cpus_never_splits_the_cpu() -> None:
+    """Only the set-up cell splits: before it, mirrored_cpus(2) says what to do and TensorFlow
+    still has one CPU; after setup(cpus=4), under a strategy of one device, there are 4."""
+    result = run_python(
+        """
+        import course_utils
+        from course_utils.strategies import mirrored_cpus
+        from course_utils.devices import cpu_count
+        try:
+            mirrored_cpus(2, needed_by="The check")
+        except course_utils.ReplicaCountError as error:
+            print("refused:", cpu_count(), "setup(cpus=2)" in str(error))
+        course_utils.setup(cpus=4, show_report=False)
+        import tensorflow as tf
+        print("split:", len(tf.config.list_logical_devices("CPU")), mirrored_cpus(4).num_replicas_in_sync,
+              course_utils.get_strategy(verbose=False).num_replicas_in_sync)
+        """,
+        env={"COURSE_STRATEGY": "default", "COURSE_REPLICAS": ""},
+    )
+    assert result.ok, last_error_line(result.stderr)
+    assert result.stdout.splitlines() == ["refused: 1 True", "split: 4 4 1"]
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5, "4", True])
+def test_setup_refuses_a_bad_cpu_count(bad) -> None:
+    with pytest.raises(ConfigError, match=r"setup\(cpus=\.\.\.\) needs a whole number"):
+        course_utils.setup(cpus=bad, show_report=False)
 
 
 def test_mirrored_cpus_is_one_strategy_per_count_and_all_reduce() -> None:
@@ -300,17 +349,81 @@ def test_the_courses_strategy_and_a_students_own_do_not_share_collective_keys() 
 
 
 def test_setup_re_run_after_a_notebook_split_into_more_cpus() -> None:
-    """Notebook 10 splits into 4 virtual CPUs after set-up; re-running the set-up cell must work."""
+    """Notebook 10's set-up splits into 4 virtual CPUs and trains on 2 by default; re-running the
+    set-up cell (with or without its count) must work, and so must a later split into more."""
     result = run_python(
         """
         import course_utils
-        course_utils.setup(show_report=False)
-        course_utils.use_virtual_cpus(4)
+        course_utils.setup(cpus=4, show_report=False)
         import tensorflow as tf
         tf.constant(1.0)
+        course_utils.setup(cpus=4, show_report=False)
         course_utils.setup(show_report=False)
-        print(course_utils.get_strategy(verbose=False).num_replicas_in_sync)
-        """
+        print(course_utils.get_strategy(verbose=False).num_replicas_in_sync, len(tf.config.list_logical_devices("CPU")))
+        """,
+        env={"COURSE_STRATEGY": "auto", "COURSE_REPLICAS": ""},
     )
     assert result.ok, last_error_line(result.stderr)
-    assert result.stdout.split() == ["2"]
+    assert result.stdout.split() == ["2", "4"]
+
+
+# --------------------------------------------------------------------------- one row per kind
+
+
+def test_every_kind_has_a_builder_words_and_a_readme_row(root) -> None:
+    """Adding a kind to config.STRATEGY_KINDS is one row of strategies.STRATEGIES (its builder and
+    name) and one row of the README's strategy table: this test names whichever is missing."""
+    from course_utils.config import STRATEGY_KINDS
+    from course_utils.hardware import choose
+    from course_utils.strategies import STRATEGIES, in_words
+
+    readme = (root / "README.md").read_text()
+    missing = [
+        f"README.md: a row | `{k}` | in the strategy table"
+        for k in STRATEGY_KINDS
+        if not re.search(rf"^\| `{k}` \|", readme, re.M)
+    ]
+    missing += [
+        f"strategies.STRATEGIES: a row for {k!r}"
+        for k in STRATEGY_KINDS
+        if k != "auto" and k not in STRATEGIES
+    ]
+    missing += [f"config.STRATEGY_KINDS: {k!r}" for k in STRATEGIES if k not in STRATEGY_KINDS]
+    assert missing == []
+    for kind, row in STRATEGIES.items():
+        assert row.spread in {"one", "many", "own"} and callable(row.build), kind
+        words = in_words(choose(kind, 2, connect=False))
+        assert row.name in words, (kind, words)
+
+
+@pytest.mark.parametrize(
+    "kind, words",
+    [
+        (
+            "auto",
+            "MirroredStrategy over 2 virtual CPUs (auto: no TPU or GPU, so 2 virtual CPUs; COURSE_REPLICAS=1 for one device)",
+        ),
+        ("default", "the default strategy on the CPU"),
+        ("one_device", "OneDeviceStrategy on /cpu:0"),
+        ("mirrored", "MirroredStrategy over 2 virtual CPUs"),
+        ("central_storage", "CentralStorageStrategy over 2 virtual CPUs"),
+        (
+            "multi_worker",
+            "MultiWorkerMirroredStrategy on a single worker (no TF_CONFIG: a single worker; notebook 07 starts a real cluster)",
+        ),
+        ("tpu", "TPUStrategy over the TPU's cores"),
+    ],
+)
+def test_the_choice_in_words_before_and_after_building(kind, words, monkeypatch) -> None:
+    """One function says what was chosen: the runtime report's line, the plan's, get_strategy's."""
+    from course_utils.hardware import choose
+    from course_utils.strategies import in_words
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    choice = choose(kind, 2, connect=False)
+    assert in_words(choice, reason=True) == words
+    if kind not in {"tpu", "auto"}:
+        built = course_utils.get_strategy(kind, replicas=2, verbose=False)
+        n = built.num_replicas_in_sync
+        assert in_words(choice, built).startswith(f"{words.split(' ')[0 if kind != 'default' else 1]}")
+        assert f"with {n} replica" in in_words(choice, built)

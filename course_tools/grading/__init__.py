@@ -1,4 +1,4 @@
-"""Grading a class: the machinery behind ``python -m course_tools.grade``.
+"""Graders: the machinery behind ``python -m course_tools.grade`` (and ``python -m course_utils.grade``).
 
 The grader never trusts the notebook a student hands in. It reads every submission into memory,
 finds which course notebook each one is, picks out the student's code for each exercise, and

@@ -1,4 +1,4 @@
-"""The audit: what in a student's answer reaches for the checks instead of solving the exercise.
+"""Graders (inside the engine): the audit, what in an answer reaches for the checks instead of solving it.
 
 A check runs in the same Python kernel as the student's code, so code in an answer cell can
 replace the check, the functions it relies on (``numpy.allclose``, ``tf.debugging``, the course's

@@ -1,4 +1,4 @@
-"""``python -m course_tools.grade SUBMISSION... --out DIR``: grade a class.
+"""Graders: the command, ``python -m course_tools.grade SUBMISSION... --out DIR`` (or ``course_utils.grade``).
 
 Three more commands share the entry point: ``python -m course_tools.grade gradescope NOTEBOOK --out
 autograder.zip`` writes a Gradescope autograder (:mod:`.gradescope`), ``python -m course_tools.grade
@@ -231,7 +231,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         print("grade: interrupted; no report written.", file=sys.stderr)
         return 130
-    results = graded.results
 
     # 4. Were the submissions left alone?
     changed = []
@@ -244,7 +243,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             changed.append(_display(sub.path))
 
     # 5. The report.
-    results.sort(key=lambda r: (r.notebook, r.student.lower()))
+    results = sorted(graded.results, key=lambda r: (r.notebook, r.student.lower()))
     limits = (
         f"timeouts {args.cell_timeout:g} s per exercise or check cell, {args.course_cell_timeout:g} s "
         f"per course cell, {args.timeout:g} s per notebook; sandbox "
@@ -265,7 +264,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         )
     worth = {name: nb.points() for name, nb in course.notebooks.items()}
     try:
-        report.write_all(results, out, report.header(results, run), worth, graded.run_cells, run)
+        results = report.write_all(results, out, report.header(results, run), worth, run)
     except OSError as error:
         print(f"grade: cannot write the report to {args.out}: {error}", file=sys.stderr)
         return EXIT_GRADER

@@ -1,4 +1,7 @@
-"""Reading Python source the way a notebook cell holds it: magics, markers, defined names."""
+"""Graders (inside the engine) and the exercise tests: reading Python source as a notebook cell holds it.
+
+Magics, nbval markers, the names a cell defines and the names an import binds.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The context of a check: which cells before it a graded notebook must run.
+"""Graders (inside the engine) and the exercise tests: which cells before a check a graded notebook runs.
 
 A check sees the kernel's state: the names the cells before it defined, the devices the set-up
 split, the seeds and the policy set. Everything else a notebook runs before its last check is

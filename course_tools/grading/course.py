@@ -1,4 +1,4 @@
-"""The course the grader grades against: the masters in ``solutions/``, read once, up front.
+"""Graders and the Gradescope autograder: the course graded against, the masters in ``solutions/``, read once.
 
 Everything is read into memory before any student code runs, so a submission that deletes files
 cannot change what the next submission is graded against.
@@ -85,11 +85,10 @@ def load_notebook(path: Path) -> CourseNotebook:
     exercises = []
     for ex in found:
         source = code.cell_source(master.cells[ex.solution_cell])
-        names = sorted(code.defined_names(source))
         exercises.append(
             CourseExercise(
                 id=ex.id,
-                names=tuple(names),
+                names=tuple(sorted(code.defined_names(source))),
                 solution_cell=ex.solution_cell,
                 check_cell=ex.check_cell if ex.check_cell is not None else -1,
                 placeholder=authoring.blank_solution(source, ex.id),

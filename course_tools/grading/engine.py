@@ -1,9 +1,9 @@
-"""The grading engine the local grader, its shards and the Gradescope autograder share.
+"""Graders, their shards and the Gradescope autograder: the grading engine they share.
 
-From submissions already read into memory to one scored :class:`~.report.Result` each: build the
+From submissions already read into memory to one scored :class:`~.records.Result` each: build the
 graded notebooks (:mod:`.extract`), run them in parallel, each in its own folder and process
-(:mod:`.runner`), decide the statuses (:mod:`.verdict`) and give the points (:func:`.report.score`).
-Nothing here writes a report or parses a command line.
+(:mod:`.runner`), decide the statuses (:mod:`.verdict`) and build the result, with its points, in
+one place (:func:`result_of`). Nothing here writes a report or parses a command line.
 """
 
 from __future__ import annotations
@@ -12,26 +12,36 @@ import os
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional, Sequence, Union
 
-from . import extract, report, runner, verdict
-from .course import Course
+from . import extract, runner, verdict
+from .course import Course, CourseNotebook
+from .records import Result, Verdict, number
 from .submissions import Submission
 
 
-@dataclass
+@dataclass(frozen=True)
 class Graded:
     """What grading a list of submissions gave."""
 
-    results: list[report.Result]
-    #: ``id(result)`` -> the cell records of its run (the outputs for graded/).
-    run_cells: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    #: One per submission, in the order given.
+    results: list[Result]
     #: Runs that did not even start (the grader itself is not working here).
     grader_errors: int = 0
     #: How many notebooks were run.
     runs: int = 0
+
+
+@dataclass(frozen=True)
+class Job:
+    """A submission to run: its course notebook, its graded notebook, and what reading it noted."""
+
+    sub: Submission
+    nb: CourseNotebook
+    graded: extract.GradedNotebook
+    notes: tuple[str, ...]
 
 
 def run_env(
@@ -55,47 +65,51 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def prepare(
-    subs: list[Submission], course: Course, *, whole: bool = False
-) -> tuple[list[report.Result], list[tuple[report.Result, extract.GradedNotebook]]]:
-    """One result per submission, and the graded notebooks to run (still no student code run)."""
-    results: list[report.Result] = []
-    jobs: list[tuple[report.Result, extract.GradedNotebook]] = []
-    for sub in subs:
-        nb = course.notebooks.get(sub.notebook)
-        result = report.Result(
-            student=sub.student,
-            notebook=sub.notebook or sub.path.name,
-            status="invalid",
-            exercises=[],
-            passed=0,
-            total=len(nb.exercises) if nb else 0,
-            source=_display(sub.path),
-            notes=list(sub.notes),
+def result_of(
+    sub: Submission,
+    nb: Optional[CourseNotebook],
+    decided: Verdict,
+    notes: Sequence[str] = (),
+    *,
+    run: Optional[runner.RunResult] = None,
+    graded: Optional[extract.GradedNotebook] = None,
+) -> Result:
+    """The one place a submission's :class:`Result` is built: the verdict's statuses and notes
+    (then ``notes``, what reading the submission said), the points, and what the run measured."""
+    worth = nb.points() if nb else {}
+    graded_notebook = None
+    if graded is not None:
+        graded_notebook = runner.with_outputs(graded.notebook, run.cells if run else {})
+    return Result(
+        student=sub.student,
+        notebook=sub.notebook or sub.path.name,
+        status=decided.status,
+        exercises=tuple(e.scored(worth) for e in decided.exercises),
+        total=len(nb.exercises) if nb else 0,
+        max_points=number(sum(worth.values())),
+        source=_display(sub.path),
+        notes=decided.notes + tuple(notes),
+        seconds=run.seconds if run else None,
+        graded_notebook=graded_notebook,
+        memory_mb=(round(run.run_peak_bytes / 2**20) or None) if run else None,
+        kernel_mb=(round(run.kernel_peak_bytes / 2**20) or None) if run else None,
+    )
+
+
+def prepare(sub: Submission, course: Course, *, whole: bool = False) -> Union[Result, Job]:
+    """The result of a submission that needs no run, or the job that runs it (no student code runs)."""
+    nb = course.notebooks.get(sub.notebook)
+    if sub.error or nb is None:
+        ids = [ex.id for ex in nb.exercises] if nb else []
+        why = sub.error or "the notebook could not be read"
+        return result_of(
+            sub, nb, verdict.not_runnable(sub.error or "no matching course notebook", ids, why), sub.notes
         )
-        results.append(result)
-        worth = nb.points() if nb else {}
-        if sub.error or nb is None:
-            result.notes.insert(0, sub.error or "no matching course notebook")
-            if nb is not None:
-                result.exercises = [
-                    {
-                        "id": ex.id,
-                        "status": "missing",
-                        "message": f"Not graded: {sub.error or 'the notebook could not be read'}.",
-                    }
-                    for ex in nb.exercises
-                ]
-            report.score(result, worth)
-            continue
-        answers = extract.find_answers(sub, nb)
-        result.notes += [f"answer to {line}" for line in extract.describe(answers, sub)]
-        if not nb.exercises:
-            result.status = "graded"
-            report.score(result, worth)
-            continue
-        jobs.append((result, extract.build(nb, answers, whole=whole)))
-    return results, jobs
+    answers = extract.find_answers(sub, nb)
+    notes = (*sub.notes, *(f"answer to {line}" for line in extract.describe(answers, sub)))
+    if not nb.exercises:
+        return result_of(sub, nb, verdict.NOTHING_TO_RUN, notes)
+    return Job(sub, nb, extract.build(nb, answers, whole=whole), notes)
 
 
 def grade(
@@ -108,8 +122,9 @@ def grade(
     say: Callable[[str], None] = lambda text: None,
 ) -> Graded:
     """Grade every submission (``jobs`` at a time); KeyboardInterrupt stops every run and propagates."""
-    results, todo = prepare(subs, course, whole=options.whole_notebook)
-    graded = Graded(results=results, runs=len(todo))
+    prepared = [prepare(sub, course, whole=options.whole_notebook) for sub in subs]
+    results: list[Optional[Result]] = [p if isinstance(p, Result) else None for p in prepared]
+    todo = [(i, p) for i, p in enumerate(prepared) if isinstance(p, Job)]
     work_root = Path(tempfile.mkdtemp(prefix="course-grade-", dir=workdir)).resolve()
     os.chmod(work_root, 0o700)
     say(
@@ -117,44 +132,30 @@ def grade(
         f"with {jobs} job(s) ({len(results) - len(todo)} not runnable)"
     )
 
-    def grade_one(result: report.Result, notebook: extract.GradedNotebook) -> runner.RunResult:
-        outcome = runner.run(notebook, result.notebook, work_root, options)
+    def grade_one(job: Job) -> runner.RunResult:
+        name = job.sub.notebook
+        outcome = runner.run(job.graded, name, work_root, options)
         if outcome.setup_error and not outcome.cells:  # a kernel that failed to start: once more
-            outcome = runner.run(notebook, result.notebook, work_root, options)
+            outcome = runner.run(job.graded, name, work_root, options)
         return outcome
 
-    done = 0
+    done = grader_errors = 0
     try:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(grade_one, r, g): (r, g) for r, g in todo}
+            futures = {pool.submit(grade_one, job): (i, job) for i, job in todo}
             for future in as_completed(futures):
-                result, notebook = futures[future]
+                i, job = futures[future]
+                ids = [ex.id for ex in job.graded.exercises]
+                outcome: Optional[runner.RunResult] = None
                 try:
-                    outcome: Optional[runner.RunResult] = future.result()
-                    status, exercises, notes = verdict.exercise_results(notebook, outcome, options)
+                    outcome = future.result()
+                    decided = verdict.of_run(job.graded, outcome, options)
                 except Exception as error:  # the grader's own bug: this submission only
-                    outcome = None
-                    status, notes = (
-                        "error",
-                        [f"the grader failed on this submission: {type(error).__name__}: {error}"],
-                    )
-                    exercises = [
-                        {"id": ex.id, "status": "error", "message": f"Not graded: {notes[0]}."}
-                        for ex in notebook.exercises
-                    ]
-                result.status, result.exercises = status, exercises
-                result.notes = notes + result.notes
-                result.passed = sum(e["status"] == "passed" for e in exercises)
-                result.graded_notebook = notebook.notebook
-                nb = course.notebooks.get(result.notebook)
-                report.score(result, nb.points() if nb else {})
-                if outcome is not None:
-                    result.seconds = outcome.seconds
-                    result.memory_mb = round(outcome.run_peak_bytes / 2**20) or None
-                    result.kernel_mb = round(outcome.kernel_peak_bytes / 2**20) or None
-                    graded.run_cells[id(result)] = outcome.cells
-                    if not outcome.started and not outcome.notebook_timed_out:
-                        graded.grader_errors += 1
+                    outcome, decided = None, verdict.grader_failed(error, ids)
+                result = result_of(job.sub, job.nb, decided, job.notes, run=outcome, graded=job.graded)
+                results[i] = result
+                if outcome is not None and not outcome.started and not outcome.notebook_timed_out:
+                    grader_errors += 1
                 done += 1
                 say(
                     f"[{done}/{len(todo)}] {result.student} · {result.notebook}: {result.status}, "
@@ -169,4 +170,4 @@ def grade(
             shutil.rmtree(work_root, ignore_errors=True)
         else:
             say(f"run folders kept in {work_root}")
-    return graded
+    return Graded(results=[r for r in results if r is not None], grader_errors=grader_errors, runs=len(todo))

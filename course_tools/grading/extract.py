@@ -1,4 +1,4 @@
-"""The student's code for each exercise, and the graded notebook built from it.
+"""Graders (inside the engine): the student's code for each exercise, and the graded notebook built from it.
 
 How an exercise's answer is found in a submission, in order:
 

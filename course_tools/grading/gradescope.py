@@ -1,4 +1,4 @@
-"""A Gradescope autograder for one course notebook.
+"""Instructors on Gradescope: the autograder of one course notebook (the zip, and its entry point).
 
 ``python -m course_tools.grade gradescope NOTEBOOK --out autograder.zip`` writes the zip to
 upload as a Gradescope "programming assignment" autograder. At its root:
@@ -10,7 +10,8 @@ upload as a Gradescope "programming assignment" autograder. At its root:
   code re-injected, the course's checks, per-cell and notebook timeouts) and writes
   ``/autograder/results/results.json``;
 * ``config.json`` (the notebook and the run settings), ``requirements.txt`` (the pinned stack,
-  without the tools only authors need), and ``course/``: the course package's source, the master of
+  without the tools only authors need), and ``course/``: the source of both packages,
+  ``course_utils`` (what the notebook imports) and ``course_tools`` (this grader), the master of
   that notebook and the sanitizer configuration.
 
 ``/autograder`` can be moved with the environment variable ``COURSE_AUTOGRADER_ROOT`` (the tests
@@ -36,12 +37,17 @@ import zipfile
 from pathlib import Path
 from typing import Any, Optional
 
+from .records import ExerciseResult, Result, Status, number
+
 ROOT_ENV = "COURSE_AUTOGRADER_ROOT"
 PYTHON_ENV = "COURSE_AUTOGRADER_PYTHON"
 DEFAULT_ROOT = "/autograder"
 #: Requirements only authors need (a browser driver, the linter, the JupyterLab app).
 AUTHOR_ONLY = {"playwright", "ruff", "jupyterlab"}
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
+#: A Gradescope test passes or fails: ours passes when the exercise passed, else it fails (and its
+#: output starts with our status).
+TEST_STATUSES = (Status.PASSED, Status.FAILED)
 
 #: results.json as this autograder writes it (a subset of Gradescope's format, every field it uses).
 RESULTS_SCHEMA: dict[str, Any] = {
@@ -66,7 +72,7 @@ RESULTS_SCHEMA: dict[str, Any] = {
                     "number": {"type": "string", "minLength": 1},
                     "score": {"type": "number", "minimum": 0},
                     "max_score": {"type": "number", "minimum": 0},
-                    "status": {"enum": ["passed", "failed"]},
+                    "status": {"enum": [str(s) for s in TEST_STATUSES]},
                     "output": {"type": "string"},
                     "visibility": {"enum": list(VISIBILITIES)},
                     "extra_data": {"type": "object"},
@@ -105,7 +111,7 @@ fi
 "$ROOT/venv/bin/python" -m pip install --no-cache-dir -r "$HERE/requirements.txt"
 # Fail the build now, not at the first submission, if anything the grader imports is missing.
 PYTHONPATH="$HERE/course" "$ROOT/venv/bin/python" -c \\
-    "import nbval, ipykernel, tensorflow, course_tools.grading.gradescope"
+    "import nbval, ipykernel, tensorflow, course_utils, course_tools.grading.gradescope"
 """
 
 RUN_AUTOGRADER = """\
@@ -158,6 +164,16 @@ def grading_requirements(root: Path) -> str:
     return "\n".join(kept).rstrip() + "\n"
 
 
+def package_dirs() -> dict[str, Path]:
+    """The packages the zip ships under ``course/``, by name: the notebooks' helpers and the grader."""
+    import course_utils
+
+    return {
+        "course_utils": Path(course_utils.__file__).resolve().parent,
+        "course_tools": Path(__file__).resolve().parents[1],
+    }
+
+
 def _package_files(package: Path) -> list[Path]:
     return sorted(
         p
@@ -182,17 +198,17 @@ def resolve_notebook(name: str, notebooks: list[str]) -> str:
 
 def build_zip(root: Path, notebook: str, out: Path, config: dict[str, Any]) -> list[str]:
     """Write the autograder zip for ``notebook`` of the course at ``root``; return its member names."""
-    package = Path(__file__).resolve().parents[1]
     members: list[tuple[str, bytes, int]] = [
         ("setup.sh", SETUP_SH.encode(), 0o755),
         ("run_autograder", RUN_AUTOGRADER.encode(), 0o755),
         ("config.json", (json.dumps({"notebook": notebook, **config}, indent=2) + "\n").encode(), 0o644),
         ("requirements.txt", grading_requirements(root).encode(), 0o644),
     ]
-    for path in _package_files(package):
-        members.append(
-            (f"course/course_utils/{path.relative_to(package).as_posix()}", path.read_bytes(), 0o644)
-        )
+    for name, package in package_dirs().items():
+        for path in _package_files(package):
+            members.append(
+                (f"course/{name}/{path.relative_to(package).as_posix()}", path.read_bytes(), 0o644)
+            )
     extra = {
         "course/pyproject.toml": root / "pyproject.toml",
         f"course/solutions/{notebook}.ipynb": root / "solutions" / f"{notebook}.ipynb",
@@ -296,12 +312,6 @@ def main(argv: Optional[list[str]] = None) -> int:
 # --------------------------------------------------------------------------- inside the container
 
 
-def _number(value: float) -> float:
-    from .report import number
-
-    return number(value)
-
-
 def failure(reason: str, exercises: Optional[list[tuple[str, float]]] = None, seconds: float = 0) -> dict:
     """results.json for a submission that could not be graded: score 0 and the reason, visible."""
     message = f"Not graded: {reason}"
@@ -310,8 +320,8 @@ def failure(reason: str, exercises: Optional[list[tuple[str, float]]] = None, se
             "name": ident,
             "number": str(n),
             "score": 0,
-            "max_score": _number(points),
-            "status": "failed",
+            "max_score": number(points),
+            "status": Status.FAILED,
             "output": message,
             "visibility": "visible",
         }
@@ -322,7 +332,7 @@ def failure(reason: str, exercises: Optional[list[tuple[str, float]]] = None, se
             "number": "0",
             "score": 0,
             "max_score": 0,
-            "status": "failed",
+            "status": Status.FAILED,
             "output": message,
             "visibility": "visible",
         }
@@ -385,39 +395,39 @@ def pick_submission(folder: Path, course: Any, notebook: str) -> tuple[Any, list
     return chosen, notes
 
 
-def results_json(result: Any, course_nb: Any, seconds: float, notes: list[str], visibility: str) -> dict:
+def results_json(result: Result, course_nb: Any, seconds: float, notes: list[str], visibility: str) -> dict:
     """Gradescope's results.json for one graded submission."""
     tests = []
-    found = {e["id"]: e for e in result.exercises}
+    found = {e.id: e for e in result.exercises}
     for n, ex in enumerate(course_nb.exercises, start=1):
-        e = found.get(ex.id, {"status": "missing", "message": "Not graded.", "points": 0})
-        message = str(e.get("message", "")).strip()
-        if e["status"] not in ("passed", "failed"):
-            message = f"({e['status']}) {message}"
+        e = found.get(ex.id) or ExerciseResult(ex.id, Status.MISSING, "Not graded.")
+        message = e.message.strip()
+        if e.status not in TEST_STATUSES:
+            message = f"({e.status}) {message}"
         tests.append(
             {
                 "name": ex.id,
                 "number": str(n),
-                "score": _number(e.get("points", 0)),
-                "max_score": _number(ex.points),
-                "status": "passed" if e["status"] == "passed" else "failed",
+                "score": number(e.points),
+                "max_score": number(ex.points),
+                "status": Status.PASSED if e.status is Status.PASSED else Status.FAILED,
                 "output": message,
                 "visibility": visibility,
-                "extra_data": {"status": e["status"]},
+                "extra_data": {"status": e.status},
             }
         )
     lines = [
         f"{course_nb.name}: {result.passed} of {result.total} exercises passed, "
-        f"{_number(result.points)} of {_number(result.max_points)} points."
+        f"{number(result.points)} of {number(result.max_points)} points."
     ]
-    if result.status != "graded":
+    if result.status is not Status.GRADED:
         lines.append(
             f"The notebook's status is {result.status}: "
             + (result.notes[0] if result.notes else "see each exercise.")
         )
     lines += notes
     return {
-        "score": _number(result.points),
+        "score": number(result.points),
         "execution_time": round(seconds),
         "output": "\n".join(lines),
         "visibility": visibility,

@@ -1,4 +1,4 @@
-"""The pytest plugin the grader loads into every grading run (``-p course_tools.grading.plugin``).
+"""The grading run (pytest, started by the runner): the plugin ``-p course_tools.grading.plugin`` loads.
 
 It is loaded by name from the installed package, never from the run's folder, so nothing a
 student hands in can replace it. For each notebook cell nbval runs, it
@@ -51,8 +51,7 @@ class Recorder:
         self.started: float = 0.0
         self.lock = threading.Lock()
 
-    def send(self, record: dict[str, Any]) -> None:
-        data = protocol.encode(record)
+    def send(self, data: bytes) -> None:
         with self.lock:
             while data:
                 written = os.write(self.fd, data)
@@ -66,12 +65,12 @@ def pytest_configure(config: pytest.Config) -> None:
     global _recorder
     if config.getoption("--grade-fd") is not None:
         _recorder = Recorder(config)
-        _recorder.send({"event": protocol.START})
+        _recorder.send(protocol.encode({"event": protocol.START}))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _recorder is not None:
-        _recorder.send({"event": protocol.DONE, "exitstatus": int(exitstatus)})
+        _recorder.send(protocol.encode({"event": protocol.DONE, "exitstatus": int(exitstatus)}))
 
 
 def _kernel(item: pytest.Item) -> Any:
@@ -99,7 +98,7 @@ def pytest_runtest_call(item: pytest.Item):
     if not rec.kernel_pid_sent and kernel is not None:
         rec.kernel_pid_sent = True
         pid = getattr(getattr(getattr(kernel, "km", None), "provisioner", None), "pid", None)
-        rec.send({"event": protocol.KERNEL, "pid": pid})
+        rec.send(protocol.encode({"event": protocol.KERNEL, "pid": pid}))
     rec.died_at = None
     rec.started = time.monotonic()
     stop = threading.Event()
@@ -178,42 +177,41 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception):
             if not rec.setup_error_sent:
                 rec.setup_error_sent = True
-                rec.send(
-                    {"event": protocol.SETUP_ERROR, "message": _ANSI.sub("", str(call.excinfo.value))[-2000:]}
-                )
+                message = _ANSI.sub("", str(call.excinfo.value))[-2000:]
+                rec.send(protocol.encode({"event": protocol.SETUP_ERROR, "message": message}))
         return
     if call.when != "call":
         return
     outputs = _outputs(item)
     ename, evalue, trace = _last_error(outputs)
-    record: dict[str, Any] = {
-        "event": protocol.CELL,
-        "cell": item.cell_num,
-        "seconds": round(call.duration, 3),
-        "outputs": outputs,
-        "ename": ename,
-        "evalue": evalue,
-        "traceback": trace[-8000:],
-    }
     timeout = getattr(item, "_grade_timeout", rec.course_timeout)
     died = rec.died_at is not None and rec.died_at - rec.started < timeout
-    if call.excinfo is None:
-        record["result"] = protocol.OK
-    elif call.excinfo.errisinstance(pytest.skip.Exception):
-        record["result"] = protocol.SKIPPED
-    else:
+    result, message, stopped = protocol.CellResult.OK, "", False
+    if call.excinfo is not None and call.excinfo.errisinstance(pytest.skip.Exception):
+        result = protocol.CellResult.SKIPPED
+    elif call.excinfo is not None:
         message = _ANSI.sub("", str(call.excinfo.value))
-        record["message"] = message[-2000:]
         if "Kernel dead on test start" in message:
-            record["result"] = protocol.NOT_RUN
+            result = protocol.CellResult.NOT_RUN
         elif died:
-            record["result"] = protocol.DIED
+            result = protocol.CellResult.DIED
         elif message.startswith("Timeout of"):
-            record["result"] = protocol.TIMEOUT
-            record["kernel_stopped"] = "Failed to interrupt" in message or "waiting for output" in message
-            record["timeout"] = timeout
+            result = protocol.CellResult.TIMEOUT
+            stopped = "Failed to interrupt" in message or "waiting for output" in message
         else:
-            record["result"] = protocol.ERROR
+            result = protocol.CellResult.ERROR
             if not ename and type(call.excinfo.value).__name__ != "NbCellError":
-                record["ename"], record["evalue"] = type(call.excinfo.value).__name__, message[:2000]
-    rec.send(record)
+                ename, evalue = type(call.excinfo.value).__name__, message[:2000]
+    record = protocol.CellRecord(
+        cell=item.cell_num,
+        result=result,
+        seconds=round(call.duration, 3),
+        outputs=tuple(outputs),
+        ename=ename,
+        evalue=evalue,
+        traceback=trace[-8000:],
+        message=message[-2000:],
+        timeout=timeout if result is protocol.CellResult.TIMEOUT else None,
+        kernel_stopped=stopped,
+    )
+    rec.send(record.encode())

@@ -1,4 +1,4 @@
-"""What the grader writes: report.json, report.csv, gradebook.csv, report.md, feedback/ and graded/.
+"""Graders: the report files, report.json, report.csv, gradebook.csv, report.md, feedback/, graded/.
 
 Points: an exercise that passed earns its points (``metadata.course.points`` of the master's
 solution cell, default 1), any other status earns 0. A notebook's points are the sum over its
@@ -12,106 +12,26 @@ sources and run times; each notebook's points; how the runs were set up), so tha
 
 from __future__ import annotations
 
-import copy
 import csv
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 from course_utils.errors import first_line
 
-from .verdict import NOTEBOOK_STATUSES
+from .records import NOTEBOOK_STATUSES, Result, Status, number
 
-ICONS = {"passed": "✅", "failed": "❌", "error": "⚠️", "timeout": "⏱️", "missing": "➖", "flagged": "🚩"}
-
-
-@dataclass
-class Result:
-    """One submission's grade (:meth:`as_json` is its entry in report.json)."""
-
-    student: str
-    notebook: str
-    status: str
-    exercises: list[dict[str, str]]
-    passed: int
-    total: int
-    source: str = ""
-    notes: list[str] = field(default_factory=list)
-    seconds: Optional[float] = None
-    graded_notebook: Any = None
-    points: float = 0
-    max_points: float = 0
-    #: Where the graded notebook was written, relative to the report folder ("" when none was).
-    graded_path: str = ""
-    #: Peak resident memory of the grading run (pytest, nbval and the kernel) and of the kernel
-    #: alone, in MB, sampled; None when it did not run.
-    memory_mb: Optional[float] = None
-    kernel_mb: Optional[float] = None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "student": self.student,
-            "notebook": self.notebook,
-            "status": self.status,
-            "exercises": [
-                {
-                    "id": e["id"],
-                    "status": e["status"],
-                    "message": e["message"],
-                    "points": number(e.get("points", 0)),
-                    "max_points": number(e.get("max_points", 0)),
-                }
-                for e in self.exercises
-            ],
-            "passed": self.passed,
-            "total": self.total,
-            "points": number(self.points),
-            "max_points": number(self.max_points),
-            "source": self.source,
-            "notes": list(self.notes),
-            "seconds": None if self.seconds is None else round(self.seconds, 1),
-            "graded": self.graded_path or None,
-            "memory_mb": self.memory_mb,
-            "kernel_mb": self.kernel_mb,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Result":
-        """A result read back from report.json (``merge``)."""
-        return cls(
-            student=str(data["student"]),
-            notebook=str(data["notebook"]),
-            status=str(data["status"]),
-            exercises=[dict(e) for e in data.get("exercises", [])],
-            passed=int(data.get("passed", 0)),
-            total=int(data.get("total", 0)),
-            source=str(data.get("source", "")),
-            notes=[str(n) for n in data.get("notes", [])],
-            seconds=data.get("seconds"),
-            points=data.get("points", 0),
-            max_points=data.get("max_points", 0),
-            graded_path=str(data.get("graded") or ""),
-            memory_mb=data.get("memory_mb"),
-            kernel_mb=data.get("kernel_mb"),
-        )
-
-
-def number(value: float) -> float:
-    """Points as JSON and CSV show them: 2, not 2.0; 1.5 stays 1.5."""
-    value = round(float(value), 4)
-    return int(value) if value.is_integer() else value
-
-
-def score(result: Result, worth: dict[str, float]) -> None:
-    """Give each exercise of ``result`` its points (``worth``: exercise id -> points), and the totals."""
-    for e in result.exercises:
-        e["max_points"] = number(worth.get(e["id"], 0))
-        e["points"] = e["max_points"] if e["status"] == "passed" else 0
-    result.points = number(sum(e["points"] for e in result.exercises))
-    result.max_points = number(sum(worth.values()))
+ICONS = {
+    Status.PASSED: "✅",
+    Status.FAILED: "❌",
+    Status.ERROR: "⚠️",
+    Status.TIMEOUT: "⏱️",
+    Status.MISSING: "➖",
+    Status.FLAGGED: "🚩",
+}
 
 
 def gradebook_notebooks(results: list[Result], notebooks: dict[str, dict[str, float]]) -> list[str]:
@@ -204,8 +124,8 @@ def write_csv(results: list[Result], path: Path) -> None:
                 )
             for e in r.exercises:
                 writer.writerow(
-                    [r.student, r.notebook, r.status, e["id"], e["status"], e["message"], r.passed, r.total]
-                    + [number(e.get("points", 0)), number(e.get("max_points", 0))]
+                    [r.student, r.notebook, r.status, e.id, e.status, e.message, r.passed, r.total]
+                    + [number(e.points), number(e.max_points)]
                     + totals
                 )
 
@@ -231,7 +151,7 @@ def write_markdown(
     for notebook in sorted(by_notebook):
         rows = by_notebook[notebook]
         worth = notebooks.get(notebook, {})
-        ids = list(worth) or sorted({e["id"] for r in rows for e in r.exercises})
+        ids = list(worth) or sorted({e.id for r in rows for e in r.exercises})
         lines += [f"## {notebook}", ""]
         if worth:
             lines += [
@@ -244,7 +164,7 @@ def write_markdown(
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "---|" * len(head))
         for r in sorted(rows, key=lambda r: r.student.lower()):
-            found = {e["id"]: e for e in r.exercises}
+            found = {e.id: e for e in r.exercises}
             cells = [
                 _cell(r.student),
                 r.status,
@@ -255,12 +175,10 @@ def write_markdown(
                 e = found.get(ident)
                 if e is None:
                     cells.append("")
-                elif e["status"] == "passed":
-                    cells.append(f"{ICONS['passed']} passed")
+                elif e.status is Status.PASSED:
+                    cells.append(f"{ICONS[Status.PASSED]} {Status.PASSED}")
                 else:
-                    cells.append(
-                        _cell(f"{ICONS.get(e['status'], '')} {e['status']}: {_short(ident, e['message'])}")
-                    )
+                    cells.append(_cell(f"{ICONS.get(e.status, '')} {e.status}: {_short(ident, e.message)}"))
             cells.append(f"{r.seconds:.0f} s" if r.seconds is not None else "")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
@@ -276,7 +194,7 @@ def write_markdown(
             cells.append(f"{row['points']}/{row['max_points']}")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-    flagged = [(r, e) for r in results for e in r.exercises if e["status"] == "flagged"]
+    flagged = [(r, e) for r in results for e in r.exercises if e.status is Status.FLAGGED]
     if flagged:
         lines += [
             "## Flagged for review",
@@ -287,7 +205,7 @@ def write_markdown(
             "",
         ]
         for r, e in sorted(flagged, key=lambda pair: (pair[0].notebook, pair[0].student.lower())):
-            lines.append(f"- **{_cell(r.student)}**, {r.notebook}, `{e['id']}`: {_cell(e['message'])}")
+            lines.append(f"- **{_cell(r.student)}**, {r.notebook}, `{e.id}`: {_cell(e.message)}")
         lines.append("")
     noted = [r for r in results if r.notes]
     if noted:
@@ -307,47 +225,21 @@ def feedback_text(student: str, results: list[Result]) -> str:
             f"{number(r.points)} of {number(r.max_points)} points",
             "",
         ]
-        if r.status == "invalid":
+        if r.status is Status.INVALID:
             lines += [
                 "Your notebook could not be graded: "
                 + (r.notes[0] if r.notes else "it could not be read")
                 + ".",
                 "",
             ]
-        elif r.status in ("timeout", "error"):
+        elif r.status in (Status.TIMEOUT, Status.ERROR):
             lines += [f"Grading note ({r.status}): " + (r.notes[0] if r.notes else ""), ""]
         for e in r.exercises:
-            lines += [
-                f"### `{e['id']}`: {e['status']} ({number(e.get('points', 0))}/{number(e.get('max_points', 0))})",
-                "",
-            ]
-            message = e["message"].strip()
+            lines += [f"### `{e.id}`: {e.status} ({number(e.points)}/{number(e.max_points)})", ""]
+            message = e.message.strip()
             if message:
                 lines += [message, ""]
     return "\n".join(lines).rstrip() + "\n"
-
-
-def graded_copy(result: Result, cells: dict[int, dict[str, Any]]) -> Any:
-    """The graded notebook with the outputs of the run, for the grader to open."""
-    import nbformat
-
-    nb = copy.deepcopy(result.graded_notebook)
-    number = 0
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        record = cells.get(number)
-        number += 1
-        if not record:
-            continue
-        outputs = []
-        for output in record.get("outputs", []):
-            try:
-                outputs.append(nbformat.from_dict(output))
-            except Exception:
-                continue
-        cell.outputs = outputs
-    return nb
 
 
 def write_all(
@@ -355,12 +247,11 @@ def write_all(
     out: Path,
     header: list[str],
     notebooks: dict[str, dict[str, float]],
-    run_cells: dict[int, dict[int, dict[str, Any]]],
     run: Optional[dict[str, Any]] = None,
-) -> None:
-    """Every report file. ``notebooks`` maps each course notebook to its exercises' points;
-    ``run_cells`` maps ``id(result)`` to its run's cell records (a result without any keeps the
-    outputs its graded notebook already has); ``run`` says how the runs were set up (report.json)."""
+) -> list[Result]:
+    """Every report file. ``notebooks`` maps each course notebook to its exercises' points; ``run``
+    says how the runs were set up (report.json). Returns the results with ``graded_path`` set
+    where their graded notebook (with its run's outputs) was written."""
     import nbformat
 
     out.mkdir(parents=True, exist_ok=True)
@@ -385,20 +276,21 @@ def write_all(
     if graded.is_dir():
         for old in graded.glob("*/*.ipynb"):
             old.unlink()
+    placed = []
     for r in results:
-        r.graded_path = ""
-        if r.graded_notebook is None:
-            continue
-        folder = graded / files[r.student]
-        folder.mkdir(parents=True, exist_ok=True)
-        nb = graded_copy(r, run_cells.get(id(r), {}))
-        (folder / f"{r.notebook}.ipynb").write_text(nbformat.writes(nb))
-        r.graded_path = f"graded/{files[r.student]}/{r.notebook}.ipynb"
-    write_csv(results, out / "report.csv")
-    write_gradebook(results, out / "gradebook.csv", notebooks)
-    write_markdown(results, out / "report.md", header, notebooks)
+        path = ""
+        if r.graded_notebook is not None:
+            folder = graded / files[r.student]
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{r.notebook}.ipynb").write_text(nbformat.writes(r.graded_notebook))
+            path = f"graded/{files[r.student]}/{r.notebook}.ipynb"
+        placed.append(replace(r, graded_path=path))
+    write_csv(placed, out / "report.csv")
+    write_gradebook(placed, out / "gradebook.csv", notebooks)
+    write_markdown(placed, out / "report.md", header, notebooks)
     # Last: a report.json means every other file of this report is there (a merge waits for it).
-    write_json(results, out / "report.json", notebooks, run or {})
+    write_json(placed, out / "report.json", notebooks, run or {})
+    return placed
 
 
 def counts(results: list[Result]) -> dict[str, int]:

@@ -1,14 +1,17 @@
-"""One grading run: a graded notebook through pytest + nbval, isolated, with timeouts.
+"""Graders (inside the engine): one grading run, a graded notebook through pytest + nbval, isolated.
 
 Each run gets a fresh folder of its own (its current directory, ``HOME`` and ``TMPDIR``), a
 process of its own (a new session, plus new namespaces when the sandbox is on) and an
 environment built from scratch (the grader's own variables are not passed on). What the run
-reports comes back through a pipe, cell by cell (:mod:`.protocol`); :mod:`.verdict` turns it into
-one status per exercise.
+reports comes back through a pipe, cell by cell (:mod:`.protocol`), and is read into one frozen
+:class:`RunResult` when the run is over; :mod:`.verdict` turns it into one status per exercise.
+The run sees both packages, ``course_utils`` (what the notebook imports) and ``course_tools`` (the
+plugin, the sandbox), on its ``PYTHONPATH``.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import secrets
 import shutil
@@ -20,8 +23,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
+import course_utils
 from course_utils.processes import PeakMemory
 
 from . import protocol, sandbox
@@ -31,7 +35,7 @@ from .extract import GradedNotebook
 PASS_THROUGH = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "CUDA_VISIBLE_DEVICES", "SYSTEMROOT")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOptions:
     cell_timeout: float = 120.0
     course_cell_timeout: float = 600.0
@@ -45,9 +49,12 @@ class RunOptions:
     whole_notebook: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunResult:
-    cells: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """What one run said (:func:`read`) and how it ended."""
+
+    #: Code-cell number -> its record, in the order the cells ran.
+    cells: Mapping[int, protocol.CellRecord] = field(default_factory=dict)
     started: bool = False
     done: bool = False
     setup_error: str = ""
@@ -76,8 +83,11 @@ def stop_all() -> None:
                 pass
 
 
-def _package_parent() -> str:
-    return str(Path(__file__).resolve().parents[2])
+def package_path() -> str:
+    """``PYTHONPATH`` of a run: the folders holding ``course_utils`` and ``course_tools`` (one, in a
+    checkout or the Gradescope zip; two when they were installed apart)."""
+    folders = [Path(course_utils.__file__).resolve().parents[1], Path(__file__).resolve().parents[2]]
+    return os.pathsep.join(dict.fromkeys(str(f) for f in folders))
 
 
 def run_environment(work: Path, options: RunOptions, token: str) -> dict[str, str]:
@@ -96,7 +106,7 @@ def run_environment(work: Path, options: RunOptions, token: str) -> dict[str, st
         JUPYTER_RUNTIME_DIR=str(home / ".jupyter-runtime"),
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONNOUSERSITE="1",
-        PYTHONPATH=_package_parent(),
+        PYTHONPATH=package_path(),
         PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
         PYDEVD_DISABLE_FILE_VALIDATION="1",
         TF_CPP_MIN_LOG_LEVEL="2",
@@ -173,9 +183,9 @@ def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions)
     argv = pytest_command(notebook, graded, options, write_end)
     if options.sandbox:
         argv = sandbox.command(work, argv)
-    result = RunResult(workdir=work)
     start = time.monotonic()
     lines: list[bytes] = []
+    timed_out = False
 
     def reader() -> None:
         with os.fdopen(read_end, "rb") as pipe:
@@ -202,40 +212,73 @@ def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions)
         peak = PeakMemory(proc.pid, part="ipykernel_launcher").start()
         thread.start()
         try:
-            result.returncode = proc.wait(timeout=options.notebook_timeout)
+            returncode = proc.wait(timeout=options.notebook_timeout)
         except subprocess.TimeoutExpired:
-            result.notebook_timed_out = True
+            timed_out = True
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except OSError:
                 pass
-            result.returncode = proc.wait()
+            returncode = proc.wait()
         finally:
             with _active_lock:
                 _active.discard(proc)
     _kill_leftovers(token)
     thread.join(timeout=10)
     peak.stop()
-    result.run_peak_bytes, result.kernel_peak_bytes = peak.bytes, peak.part_bytes
-    result.seconds = time.monotonic() - start
-    for raw in lines:
-        record = protocol.decode(raw)
-        if record is None:
-            continue
-        event = record.get("event")
-        if event == protocol.START:
-            result.started = True
-        elif event == protocol.DONE:
-            result.done = True
-        elif event == protocol.SETUP_ERROR:
-            result.setup_error = str(record.get("message", ""))
-        elif event == protocol.CELL and isinstance(record.get("cell"), int):
-            result.cells[record["cell"]] = record
+    seconds = time.monotonic() - start
     try:
-        result.log = log_path.read_text(errors="replace")[-6000:]
+        text = log_path.read_text(errors="replace")[-6000:]
     except OSError:
-        result.log = ""
+        text = ""
     if not options.keep:
         shutil.rmtree(work, ignore_errors=True)
         log_path.unlink(missing_ok=True)
-    return result
+    return read(
+        lines,
+        notebook_timed_out=timed_out,
+        returncode=returncode,
+        log=text,
+        seconds=seconds,
+        workdir=work,
+        kernel_peak_bytes=peak.part_bytes,
+        run_peak_bytes=peak.bytes,
+    )
+
+
+def read(lines: list[bytes], **how_it_ended: Any) -> RunResult:
+    """The run's result: what its records said (``lines``, from the pipe) and ``how_it_ended``."""
+    records = [r for r in map(protocol.decode, lines) if r is not None]
+    events = [r.get("event") for r in records]
+    setup_errors = [str(r.get("message", "")) for r in records if r.get("event") == protocol.SETUP_ERROR]
+    cells: dict[int, protocol.CellRecord] = {}
+    for record in records:
+        if record.get("event") == protocol.CELL and (cell := protocol.CellRecord.from_wire(record)):
+            cells[cell.cell] = cell
+    return RunResult(
+        cells=cells,
+        started=protocol.START in events,
+        done=protocol.DONE in events,
+        setup_error=setup_errors[-1] if setup_errors else "",
+        **how_it_ended,
+    )
+
+
+def with_outputs(notebook: Any, cells: Mapping[int, protocol.CellRecord]) -> Any:
+    """A copy of a graded notebook with the outputs its run gave each code cell (for graded/)."""
+    import nbformat
+
+    nb = copy.deepcopy(notebook)
+    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    for number, cell in enumerate(code_cells):
+        record = cells.get(number)
+        if record is None:
+            continue
+        outputs = []
+        for output in record.outputs:
+            try:
+                outputs.append(nbformat.from_dict(output))
+            except Exception:
+                continue
+        cell.outputs = outputs
+    return nb

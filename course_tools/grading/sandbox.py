@@ -1,4 +1,4 @@
-"""A read-only view of the machine for one grading run (Linux, unprivileged).
+"""Graders (inside the runner): a read-only view of the machine for one grading run (Linux, unprivileged).
 
 ``python -m course_tools.grading.sandbox WORKDIR -- COMMAND...`` is started through
 ``unshare --user --map-root-user --mount --pid --fork --kill-child --mount-proc`` (util-linux).

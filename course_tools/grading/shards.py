@@ -1,4 +1,4 @@
-"""Grading a class in shards on a batch system, and merging the shards' reports.
+"""Graders on a batch system: a class graded in shards (``--shard K/N``), and ``merge`` of their reports.
 
 ``--shard K/N`` grades the K-th of N slices of the class (K from 1 to N). Every task reads the
 same submissions, sorts them by (notebook, student, file) and keeps every N-th one starting at
@@ -19,10 +19,12 @@ import hashlib
 import json
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 from . import report
+from .records import Result
 from .submissions import Submission
 
 EXIT_OK, EXIT_USAGE, EXIT_GRADER = 0, 2, 3
@@ -110,13 +112,13 @@ def check_complete(reports: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     return problems
 
 
-def merge(folders: list[Path], out: Path) -> list[report.Result]:
+def merge(folders: list[Path], out: Path) -> list[Result]:
     """Combine the reports in ``folders`` into one report in ``out``; ShardError when they do not fit."""
     import nbformat
 
     reports = [(folder, _load(folder)) for folder in folders]
     problems = check_complete(reports)
-    results: list[report.Result] = []
+    results: list[Result] = []
     seen: dict[tuple[str, str, str], Path] = {}
     notebooks: dict[str, dict[str, float]] = {}
     for folder, data in reports:
@@ -126,7 +128,7 @@ def merge(folders: list[Path], out: Path) -> list[report.Result]:
                 problems.append(f"{folder}: notebook {name} has other points than in another report")
             notebooks[name] = worth
         for item in data["results"]:
-            result = report.Result.from_json(item)
+            result = Result.from_json(item)
             key = (result.student, result.notebook, result.source)
             if key in seen:
                 problems.append(
@@ -136,9 +138,11 @@ def merge(folders: list[Path], out: Path) -> list[report.Result]:
             seen[key] = folder
             if result.graded_path:
                 try:
-                    result.graded_notebook = nbformat.read(folder / result.graded_path, as_version=4)
+                    graded = nbformat.read(folder / result.graded_path, as_version=4)
+                    result = replace(result, graded_notebook=graded)
                 except (OSError, ValueError) as error:
-                    result.notes.append(f"the graded notebook could not be copied from {folder}: {error}")
+                    note = f"the graded notebook could not be copied from {folder}: {error}"
+                    result = replace(result, notes=(*result.notes, note))
             results.append(result)
     if problems:
         raise ShardError("cannot merge: " + "; ".join(problems) + ".")
@@ -156,8 +160,7 @@ def merge(folders: list[Path], out: Path) -> list[report.Result]:
     if len(settings) > 1:
         run["notes"] = ["**Note:** the merged reports were graded with different settings (see each one)."]
     results.sort(key=lambda r: (r.notebook, r.student.lower()))
-    report.write_all(results, out, report.header(results, run), notebooks, {}, run)
-    return results
+    return report.write_all(results, out, report.header(results, run), notebooks, run)
 
 
 def merge_main(argv: Optional[list[str]] = None) -> int:

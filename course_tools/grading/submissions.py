@@ -1,4 +1,4 @@
-"""Finding, reading and identifying submissions.
+"""Graders and the Gradescope autograder: finding, reading and identifying the submissions.
 
 A SUBMISSION on the command line is one of:
 

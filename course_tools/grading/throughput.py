@@ -1,4 +1,4 @@
-"""How fast the grader grades, and in how much memory: a benchmark, not a test.
+"""Graders sizing a machine: how fast the grader grades, and in how much memory (a benchmark).
 
     python -m course_tools.grade throughput                   # each notebook: one honest submission
     python -m course_tools.grade throughput 00 --class-size 30 --jobs 1 2   # a class, -j 1 and -j 2
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from . import course as course_mod
+from .records import Status
 
 
 def _grade(
@@ -87,7 +88,7 @@ def a_class(
                 "per_hour": round(size / wall * 3600),
                 "mean_run_s": round(sum(runs) / len(runs), 1) if runs else None,
                 "max_memory_mb": max((r.get("memory_mb") or 0 for r in results), default=None),
-                "graded": sum(r.get("status") == "graded" for r in results),
+                "graded": sum(r.get("status") == Status.GRADED for r in results),
                 "all_passed": all(r.get("passed") == r.get("total") for r in results) and bool(results),
                 "last_line": last,
             }

@@ -1,180 +1,287 @@
-"""The verdict: what a grading run's cell results mean for each exercise and for the notebook.
+"""Graders (inside the engine): what a grading run's cell records mean, as two decision tables.
 
 The runner (:mod:`.runner`) only runs; this module decides; the report (:mod:`.report`) writes.
+
+Each exercise is a :class:`Case` (its answer and the records of its exercise and check cells);
+its status and hint are those of the first row of :data:`EXERCISE_ROWS` whose condition holds.
+Then the audit has its say: an answer the audit found a trick in (:mod:`.audit`) is ``flagged``,
+the check's own verdict quoted, unless it is ``missing``. The notebook's status and first note
+come the same way from :data:`NOTEBOOK_ROWS`, over the run as a whole (:class:`RunFacts`). A hint
+is a template that :meth:`str.format` fills from the case (``{c.id}``); docs/grading.md says what
+each status means.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence
 
 from . import protocol
 from .extract import GradedNotebook
+from .protocol import CellRecord, CellResult
+from .records import ExerciseResult, Status, Verdict
 from .runner import RunOptions, RunResult
 
-#: A notebook's status in the report.
-NOTEBOOK_STATUSES = ("graded", "invalid", "timeout", "error")
-#: An exercise's status in the report (docs/grading.md says what each means).
-EXERCISE_STATUSES = ("passed", "failed", "error", "timeout", "missing", "flagged")
+
+class Row(NamedTuple):
+    """One row of a decision table: when ``when(c)`` holds, the outcome is ``status`` with ``hint``."""
+
+    name: str
+    when: Callable[[Any], bool]
+    status: Status
+    hint: str
 
 
-def _stdout(record: Optional[dict[str, Any]]) -> str:
-    if not record:
-        return ""
-    return "".join(o.get("text", "") for o in record.get("outputs", []) if o.get("output_type") == "stream")
+@dataclass(frozen=True)
+class RunFacts:
+    """What the verdict needs to know about a run as a whole."""
+
+    #: Why nothing in this run can be graded ("" when it can): the kernel or the run did not
+    #: start, or a course cell failed before any student code ran.
+    grader_failed: str
+    notebook_timed_out: bool
+    #: A cell timed out and could not be interrupted, so the kernel was stopped.
+    stopped_after_timeout: bool
+    #: Where the kernel died ("" when it did not).
+    died_in: str
+    #: Course cells that failed after the student's code ran (notes for the grader).
+    course_notes: tuple[str, ...]
+    notebook_timeout: float
+
+    @property
+    def out_of_time(self) -> bool:
+        return self.notebook_timed_out or self.stopped_after_timeout
 
 
-def _pass_line(text: str, ident: str) -> Optional[str]:
-    for line in text.splitlines():
-        if line.startswith(f"{protocol.PASS_PREFIX}{ident}"):
-            return line[len(f"{protocol.PASS_PREFIX}{ident}") :].lstrip(": ").strip()
-    return None
+@dataclass(frozen=True)
+class Case:
+    """One exercise of one run: the answer, the records of its two cells, and the run around them."""
+
+    id: str
+    #: The names the answer must define.
+    names: tuple[str, ...]
+    answered: bool
+    solution: Optional[CellRecord]
+    check: Optional[CellRecord]
+    run: RunFacts
+    cell_timeout: float
+
+    @property
+    def states(self) -> set[CellResult]:
+        return {r.result for r in (self.solution, self.check) if r is not None}
+
+    @property
+    def not_reached(self) -> bool:
+        return self.solution is None or self.check is None or CellResult.NOT_RUN in self.states
+
+    @property
+    def slow(self) -> CellRecord:
+        """The cell that timed out: the exercise cell if it did, else the check."""
+        if self.solution is not None and self.solution.result is CellResult.TIMEOUT:
+            return self.solution
+        assert self.check is not None
+        return self.check
+
+    @property
+    def slow_cell(self) -> str:
+        return "your exercise cell" if self.slow is self.solution else "the check (which calls your code)"
+
+    @property
+    def seconds(self) -> float:
+        return float(self.slow.timeout or self.cell_timeout)
+
+    @property
+    def listed_names(self) -> str:
+        return ", ".join(f"`{n}`" for n in self.names)
+
+    @property
+    def answer_error(self) -> str:
+        assert self.solution is not None
+        return self.solution.exception()
+
+    @property
+    def check_error(self) -> str:
+        assert self.check is not None
+        return self.check.exception()
+
+    @property
+    def check_says(self) -> str:
+        """The check's ExerciseError message: the hint, in the check's own words."""
+        assert self.check is not None
+        return self.check.evalue.strip()
+
+    @property
+    def pass_line(self) -> Optional[str]:
+        """What the check's ``[pass] ID:`` line says (None when it printed none)."""
+        prefix = f"{protocol.PASS_PREFIX}{self.id}"
+        assert self.check is not None
+        for line in self.check.stdout().splitlines():
+            if line.startswith(prefix):
+                return line[len(prefix) :].lstrip(": ").strip()
+        return None
 
 
-def _exception(record: dict[str, Any]) -> str:
-    ename, evalue = record.get("ename") or "an exception", (record.get("evalue") or "").strip()
-    return f"{ename}: {evalue}" if evalue else ename
+def _ran(record: Optional[CellRecord], result: CellResult) -> bool:
+    return record is not None and record.result is result
 
 
-def exercise_results(
-    graded: GradedNotebook, result: RunResult, options: RunOptions
-) -> tuple[str, list[dict[str, str]], list[str]]:
-    """The notebook status, one ``{id, status, message}`` per exercise, and notes for the grader."""
-    notes: list[str] = []
-    stopped_after_timeout = any(
-        r.get("result") == protocol.TIMEOUT and r.get("kernel_stopped") for r in result.cells.values()
+# fmt: off
+#: An exercise's status and hint: the first row whose condition holds. The rows after "not
+#: reached" may read both cells' records: both are there.
+EXERCISE_ROWS: tuple[Row, ...] = (
+    Row("no answer", lambda c: not c.answered, Status.MISSING,
+        "No code for exercise {c.id} was found in this notebook. Keep your answer in a code cell that "
+        "defines {c.listed_names}, then hand the notebook in again."),
+    Row("the run cannot be graded", lambda c: bool(c.run.grader_failed), Status.ERROR,
+        "Not graded: {c.run.grader_failed}."),
+    Row("a cell timed out", lambda c: CellResult.TIMEOUT in c.states, Status.TIMEOUT,
+        "Exercise {c.id}: {c.slow_cell} did not finish within {c.seconds:g} s and was stopped. Look "
+        "for a loop that never ends or a step much slower than it should be."),
+    Row("the kernel died", lambda c: CellResult.DIED in c.states, Status.ERROR,
+        "Exercise {c.id}: the Python kernel died while running your code (it crashed, ran out of "
+        "memory or called exit). Run the notebook from the top and watch that cell."),
+    Row("not reached in time", lambda c: c.not_reached and c.run.out_of_time, Status.TIMEOUT,
+        "Exercise {c.id} was not reached: the notebook ran out of time ({c.run.notebook_timeout:g} s "
+        "in all) or was stopped after an earlier timeout."),
+    Row("not reached", lambda c: c.not_reached, Status.ERROR,
+        "Exercise {c.id} was not reached: the kernel had stopped before it (an earlier cell crashed "
+        "it)."),
+    Row("the answer raised", lambda c: _ran(c.solution, CellResult.ERROR), Status.ERROR,
+        "Exercise {c.id}: your exercise cell raised {c.answer_error}. Fix the cell so that "
+        "it runs without an error, then run its check again."),
+    Row("the check said no",
+        lambda c: _ran(c.check, CellResult.ERROR) and c.check.ename == "ExerciseError", Status.FAILED,
+        "{c.check_says}"),
+    Row("the check raised", lambda c: _ran(c.check, CellResult.ERROR), Status.ERROR,
+        "Exercise {c.id}: the check could not run: {c.check_error}."),
+    Row("the check was skipped", lambda c: _ran(c.check, CellResult.SKIPPED), Status.ERROR,
+        "Exercise {c.id}: the check was skipped."),
+    Row("no [pass] line", lambda c: c.pass_line is None, Status.ERROR,
+        "Exercise {c.id}: the check ended without printing its [pass] line (did your code redirect or "
+        "silence the output?)."),
+    Row("passed", lambda c: True, Status.PASSED, "{c.pass_line}"),
+)
+
+#: The notebook's status and first note (none for "graded"), over the run as a whole.
+NOTEBOOK_ROWS: tuple[Row, ...] = (
+    Row("the run cannot be graded", lambda c: bool(c.grader_failed), Status.ERROR,
+        "Not graded: {c.grader_failed}."),
+    Row("the notebook timeout", lambda c: c.notebook_timed_out, Status.TIMEOUT,
+        "The notebook did not run to the end: it hit the notebook timeout."),
+    Row("the kernel stopped after a timeout", lambda c: c.stopped_after_timeout, Status.TIMEOUT,
+        "The notebook did not run to the end: a cell could not be interrupted after its timeout, so "
+        "the kernel was stopped."),
+    Row("the kernel died", lambda c: bool(c.died_in), Status.ERROR,
+        "The kernel died in {c.died_in}; later cells did not run."),
+    Row("graded", lambda c: True, Status.GRADED, ""),
+)
+# fmt: on
+
+
+def first_row(rows: Sequence[Row], case: Any) -> tuple[Row, str]:
+    """The first row whose condition holds for ``case``, and its hint filled in."""
+    row = next(row for row in rows if row.when(case))
+    return row, row.hint.format(c=case)
+
+
+def audited(result: ExerciseResult, findings: Sequence[Any]) -> ExerciseResult:
+    """``flagged`` when the audit found something in the answer (a missing answer stays missing)."""
+    if not findings or result.status is Status.MISSING:
+        return result
+    found = "; ".join(str(f) for f in findings[:6]) + (
+        f"; and {len(findings) - 6} more" if len(findings) > 6 else ""
     )
-    died = [n for n, r in result.cells.items() if r.get("result") == protocol.DIED]
-    grader_failed = ""
-    if result.setup_error:
-        grader_failed = (
-            f"the notebook's kernel did not start: {result.setup_error.strip().splitlines()[-1][:300]}"
-        )
-    elif not result.started and not result.notebook_timed_out:
-        tail = result.log.strip().splitlines()[-1:] or ["no output"]
-        grader_failed = f"the grading run did not start (exit code {result.returncode}): {tail[0][:300]}"
-    first_student = min((ex.solution for ex in graded.exercises), default=None)
-    for number, record in sorted(result.cells.items()):
-        if number in graded.student_cells or any(number == ex.check for ex in graded.exercises):
-            continue
-        if record.get("result") in (protocol.ERROR, protocol.TIMEOUT, protocol.DIED):
-            what = _exception(record) if record.get("result") == protocol.ERROR else record.get("result")
-            if first_student is not None and number < first_student and not grader_failed:
-                grader_failed = f"{_where(graded, number)} failed before any student code ran: {what}"
-            else:
-                notes.append(
-                    f"{_where(graded, number)} (not an exercise) failed after the student's code ran: {what}"
-                )
+    return ExerciseResult(
+        result.id,
+        Status.FLAGGED,
+        f"Flagged for review (no points until a person has looked): the answer to {result.id} {found}. "
+        f"The check said: {result.status}: {result.message}",
+    )
+
+
+def of_run(graded: GradedNotebook, run: RunResult, options: RunOptions) -> Verdict:
+    """The verdict on one run: the notebook's status, each exercise's, and notes for the grader."""
+    facts = run_facts(graded, run, options)
     exercises = []
     for ex in graded.exercises:
         answer = graded.answers.get(ex.id)
-        sol, chk = result.cells.get(ex.solution), result.cells.get(ex.check)
-        states = {r.get("result") for r in (sol, chk) if r}
-        if answer is None or answer.source is None:
-            status, message = (
-                "missing",
-                (
-                    f"No code for exercise {ex.id} was found in this notebook. Keep your answer in a "
-                    "code cell that defines "
-                    + ", ".join(f"`{n}`" for n in _names(graded, ex.id))
-                    + ", then hand the notebook in again."
-                ),
-            )
-        elif grader_failed:
-            status, message = "error", f"Not graded: {grader_failed}."
-        elif protocol.TIMEOUT in states:
-            record = sol if sol and sol.get("result") == protocol.TIMEOUT else chk
-            seconds = float(record.get("timeout") or options.cell_timeout)
-            where = "your exercise cell" if record is sol else "the check (which calls your code)"
-            status, message = (
-                "timeout",
-                (
-                    f"Exercise {ex.id}: {where} did not finish within {seconds:g} s and was stopped. "
-                    "Look for a loop that never ends or a step much slower than it should be."
-                ),
-            )
-        elif protocol.DIED in states:
-            status, message = (
-                "error",
-                (
-                    f"Exercise {ex.id}: the Python kernel died while running your code (it crashed, "
-                    "ran out of memory or called exit). Run the notebook from the top and watch that cell."
-                ),
-            )
-        elif sol is None or chk is None or protocol.NOT_RUN in states:
-            if result.notebook_timed_out or stopped_after_timeout:
-                status, message = (
-                    "timeout",
-                    (
-                        f"Exercise {ex.id} was not reached: the notebook ran out of time "
-                        f"({options.notebook_timeout:g} s in all) or was stopped after an earlier timeout."
-                    ),
-                )
-            else:
-                status, message = (
-                    "error",
-                    (
-                        f"Exercise {ex.id} was not reached: the kernel had stopped before it (an earlier "
-                        "cell crashed it)."
-                    ),
-                )
-        elif sol.get("result") == protocol.ERROR:
-            status, message = (
-                "error",
-                (
-                    f"Exercise {ex.id}: your exercise cell raised {_exception(sol)}. Fix the cell so that "
-                    "it runs without an error, then run its check again."
-                ),
-            )
-        elif chk.get("result") == protocol.ERROR and chk.get("ename") == "ExerciseError":
-            status, message = "failed", (chk.get("evalue") or "").strip()
-        elif chk.get("result") == protocol.ERROR:
-            status, message = "error", f"Exercise {ex.id}: the check could not run: {_exception(chk)}."
-        elif chk.get("result") == protocol.SKIPPED:
-            status, message = "error", f"Exercise {ex.id}: the check was skipped."
-        else:
-            line = _pass_line(_stdout(chk), ex.id)
-            if line is None:
-                status, message = (
-                    "error",
-                    (
-                        f"Exercise {ex.id}: the check ended without printing its [pass] line "
-                        "(did your code redirect or silence the output?)."
-                    ),
-                )
-            else:
-                status, message = "passed", line
-        found = graded.findings.get(ex.id)
-        if found and status != "missing":
-            status, message = (
-                "flagged",
-                (
-                    f"Flagged for review (no points until a person has looked): the answer to {ex.id} "
-                    + "; ".join(str(f) for f in found[:6])
-                    + (f"; and {len(found) - 6} more" if len(found) > 6 else "")
-                    + f". The check said: {status}: {message}"
-                ),
-            )
-        exercises.append({"id": ex.id, "status": status, "message": message})
-    if grader_failed:
-        notebook_status = "error"
-        notes.insert(0, f"Not graded: {grader_failed}.")
-    elif result.notebook_timed_out or stopped_after_timeout:
-        notebook_status = "timeout"
-        notes.insert(
-            0,
-            "The notebook did not run to the end: "
-            + (
-                "it hit the notebook timeout."
-                if result.notebook_timed_out
-                else "a cell could not be interrupted after its timeout, so the kernel was stopped."
-            ),
+        case = Case(
+            id=ex.id,
+            names=tuple(graded.names.get(ex.id, ())) or (ex.id,),
+            answered=answer is not None and answer.source is not None,
+            solution=run.cells.get(ex.solution),
+            check=run.cells.get(ex.check),
+            run=facts,
+            cell_timeout=options.cell_timeout,
         )
-    elif died:
-        notebook_status = "error"
-        notes.insert(0, f"The kernel died in {_where(graded, died[0])}; later cells did not run.")
-    else:
-        notebook_status = "graded"
-    return notebook_status, exercises, notes
+        row, hint = first_row(EXERCISE_ROWS, case)
+        exercises.append(audited(ExerciseResult(ex.id, row.status, hint), graded.findings.get(ex.id, [])))
+    row, note = first_row(NOTEBOOK_ROWS, facts)
+    return Verdict(row.status, tuple(exercises), ((note,) if note else ()) + facts.course_notes)
+
+
+def run_facts(graded: GradedNotebook, run: RunResult, options: RunOptions) -> RunFacts:
+    """The run as a whole: could it be graded at all, did it run out of time, did the kernel die."""
+    grader_failed = ""
+    if run.setup_error:
+        grader_failed = (
+            f"the notebook's kernel did not start: {run.setup_error.strip().splitlines()[-1][:300]}"
+        )
+    elif not run.started and not run.notebook_timed_out:
+        tail = run.log.strip().splitlines()[-1:] or ["no output"]
+        grader_failed = f"the grading run did not start (exit code {run.returncode}): {tail[0][:300]}"
+    # The course's own cells that failed; the first one before any student code, unless the run
+    # had already failed, means the run cannot be graded; the others are notes.
+    exercise_cells = graded.student_cells | {ex.check for ex in graded.exercises}
+    failures = [
+        (number, _where(graded, number), r.exception() if r.result is CellResult.ERROR else r.result.value)
+        for number, r in sorted(run.cells.items())
+        if number not in exercise_cells
+        and r.result in (CellResult.ERROR, CellResult.TIMEOUT, CellResult.DIED)
+    ]
+    first_student = min((ex.solution for ex in graded.exercises), default=-1)
+    early = None if grader_failed else next((i for i, f in enumerate(failures) if f[0] < first_student), None)
+    if early is not None:
+        _, where, what = failures[early]
+        grader_failed = f"{where} failed before any student code ran: {what}"
+    died = [n for n, r in run.cells.items() if r.result is CellResult.DIED]
+    return RunFacts(
+        grader_failed=grader_failed,
+        notebook_timed_out=run.notebook_timed_out,
+        stopped_after_timeout=any(
+            r.result is CellResult.TIMEOUT and r.kernel_stopped for r in run.cells.values()
+        ),
+        died_in=_where(graded, died[0]) if died else "",
+        course_notes=tuple(
+            f"{where} (not an exercise) failed after the student's code ran: {what}"
+            for i, (_, where, what) in enumerate(failures)
+            if i != early
+        ),
+        notebook_timeout=options.notebook_timeout,
+    )
+
+
+def not_runnable(note: str, exercise_ids: Iterable[str], why: str) -> Verdict:
+    """A submission that cannot run (unreadable, or no course notebook matches it)."""
+    return Verdict(
+        Status.INVALID,
+        tuple(ExerciseResult(i, Status.MISSING, f"Not graded: {why}.") for i in exercise_ids),
+        (note,),
+    )
+
+
+def grader_failed(error: BaseException, exercise_ids: Iterable[str]) -> Verdict:
+    """The grader's own bug while grading this submission: nothing is blamed on the student."""
+    note = f"the grader failed on this submission: {type(error).__name__}: {error}"
+    return Verdict(
+        Status.ERROR,
+        tuple(ExerciseResult(i, Status.ERROR, f"Not graded: {note}.") for i in exercise_ids),
+        (note,),
+    )
+
+
+#: A notebook without exercises: nothing runs, nothing to decide.
+NOTHING_TO_RUN = Verdict(Status.GRADED)
 
 
 def _where(graded: GradedNotebook, number: int) -> str:
@@ -185,7 +292,3 @@ def _where(graded: GradedNotebook, number: int) -> str:
         if number == ex.check:
             return f"the check cell of {ex.id}"
     return f"code cell {number + 1} of the course"
-
-
-def _names(graded: GradedNotebook, ident: str) -> list[str]:
-    return list(graded.names.get(ident, ())) or [ident]

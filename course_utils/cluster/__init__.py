@@ -1,4 +1,4 @@
-"""A local cluster of real TensorFlow processes, for notebooks 07 and 08.
+"""Notebooks 07 and 08: a local cluster of real TensorFlow processes.
 
 Multi-worker training runs one process per task; each process learns its place in the cluster
 from the ``TF_CONFIG`` environment variable. :class:`LocalCluster` does on one machine what a
@@ -33,35 +33,56 @@ or, to act on the cluster while it runs (stop a worker in the middle of training
         cluster.kill("worker 1")
         cluster.wait()            # raises WorkerFailed naming worker 1
 
+The common settings are keyword arguments (``workers``, ``ps``, ``chief``, ``env``, ``cwd``,
+``stream``, ``timeout``, ``verbose``); the rarely changed ones are one record,
+``options=ClusterOptions(start_timeout=300, name="my cell")``.
+
 Its parts: :mod:`.spec` (ports and ``TF_CONFIG``), :mod:`.launcher` (:class:`LocalCluster`),
-:mod:`.logs` (what tasks print) and :mod:`.cleanup` (nothing is left behind).
+:mod:`.logs` (what tasks print) and :mod:`.registry` (the running clusters and their processes:
+nothing is left behind). Importing any of them starts nothing and registers nothing: the exit
+hook is registered when the first cluster starts.
 """
 
 from __future__ import annotations
 
-from .cleanup import leftover_processes, running_clusters, stop_all
-from .launcher import ClusterError, LocalCluster, WorkerFailed, run_cluster, run_module
-from .logs import (
-    READY_MARKER,
-    RESULT_MARKER,
-    SERVER_STARTED,
-    ClusterResult,
-    TaskLog,
+from ..processes import RESULT_MARKER
+from .launcher import (
+    ONE_PROCESS,
+    ClusterError,
+    ClusterOptions,
+    LocalCluster,
+    WorkerFailed,
+    run_cluster,
+    run_module,
 )
-from .spec import TASK_TYPES, chief_of, cluster_spec, make_tf_config, pick_ports, port_is_free, tasks_of
+from .logs import READY_MARKER, SERVER_STARTED, ClusterResult, TaskLog
+from .registry import leftover_processes, running_clusters, stop_all
+from .spec import (
+    TASK_TYPES,
+    chief_of,
+    cluster_spec,
+    describe_jobs,
+    make_tf_config,
+    pick_ports,
+    port_is_free,
+    tasks_of,
+)
 
 __all__ = [
+    "ONE_PROCESS",
     "READY_MARKER",
     "RESULT_MARKER",
     "SERVER_STARTED",
     "TASK_TYPES",
     "ClusterError",
+    "ClusterOptions",
     "ClusterResult",
     "LocalCluster",
     "TaskLog",
     "WorkerFailed",
     "chief_of",
     "cluster_spec",
+    "describe_jobs",
     "leftover_processes",
     "make_tf_config",
     "pick_ports",

@@ -1,5 +1,11 @@
-"""The launcher: :class:`LocalCluster` starts real task processes, waits until they are
-ready, shows their logs and stops them; :func:`run_cluster` and :func:`run_module`."""
+"""Notebooks 07 and 08: the launcher, :class:`LocalCluster`, with :func:`run_cluster` and :func:`run_module`.
+
+:class:`LocalCluster` starts real task processes, waits until they are ready, shows their logs
+and stops them; :func:`run_cluster` and :func:`run_module` run one to its end.
+
+Its settings: the common ones are keyword arguments; the rarely changed ones are one
+:class:`ClusterOptions` record (``options=ClusterOptions(start_timeout=300)``).
+"""
 
 from __future__ import annotations
 
@@ -18,19 +24,10 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from ..errors import ConfigError, CourseError, summarize_error
-from ..processes import parse_result
-from .cleanup import _RUNNING, _RUNNING_LOCK, _STARTED, _group_alive, _signal_group, _stop_previous
-from .logs import (
-    _NOISE,
-    _PORT_CLASH,
-    READY_MARKER,
-    RESULT_MARKER,
-    SERVER_STARTED,
-    ClusterResult,
-    TaskLog,
-    _read_lines,
-)
-from .spec import chief_of, cluster_spec, make_tf_config, pick_ports, tasks_of
+from ..processes import RESULT_MARKER, parse_result
+from . import registry
+from .logs import NOISE, PORT_CLASH, READY_MARKER, SERVER_STARTED, ClusterResult, TaskLog, read_lines
+from .spec import chief_of, cluster_spec, describe_jobs, make_tf_config, pick_ports, tasks_of
 
 
 class ClusterError(CourseError):
@@ -44,12 +41,44 @@ class WorkerFailed(CourseError):
     ``last_lines`` are its last printed lines and ``result`` holds what every task printed.
     """
 
-    def __init__(self, message: str, task: str, reason: str, last_lines: list[str], result: "ClusterResult"):
+    def __init__(
+        self, message: str, task: str, reason: str, last_lines: list[str], result: ClusterResult
+    ) -> None:
         super().__init__(message)
         self.task = task
         self.reason = reason
         self.last_lines = last_lines
         self.result = result
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """The rarely changed settings of a :class:`LocalCluster`, with their defaults.
+
+    * ``evaluator``: how many evaluator tasks (0 or 1) run beside the workers;
+    * ``start_timeout``: seconds to wait until every task's server has started;
+    * ``wait_ready``: whether ``start()`` waits for the servers (``False`` for a program that
+      starts none, such as notebook 08's in-process cluster);
+    * ``name``: starting a cluster first stops a running one of the same name (a re-run cell);
+      ``None`` names it after its target;
+    * ``announce``: print the launcher's own ``[cluster] ...`` lines;
+    * ``prefix``: print each line of a task after its name (``[worker 0] ...``);
+    * ``use_gpus``: let the tasks see the GPUs (by default they run on the CPU);
+    * ``tf_config``: give each task its ``TF_CONFIG``.
+    """
+
+    evaluator: int = 0
+    start_timeout: float = 180.0
+    wait_ready: bool = True
+    name: Optional[str] = None
+    announce: bool = True
+    prefix: bool = True
+    use_gpus: bool = False
+    tf_config: bool = True
+
+
+#: The options of :func:`run_module`: one process that starts no server and reads no ``TF_CONFIG``.
+ONE_PROCESS = ClusterOptions(wait_ready=False, announce=False, prefix=False, tf_config=False)
 
 
 @dataclass
@@ -69,63 +98,78 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    """Send ``sig`` to the process group of ``process`` (the task and everything it started)."""
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(process: subprocess.Popen) -> bool:
+    """Whether ``process`` or anything left in its process group still runs."""
+    if process.poll() is None:
+        return True
+    try:
+        os.killpg(process.pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
 class LocalCluster:
-    """A cluster of real processes on this machine; see the module documentation.
+    """A cluster of real processes on this machine; see the documentation of :mod:`course_utils.cluster`.
 
     ``target`` is a module run with ``python -m`` (``"course_utils.workers.multi_worker"``) or
-    the path of a ``.py`` script; ``args`` are its command-line arguments.
+    the path of a ``.py`` script; ``args`` are its command-line arguments. ``workers``, ``ps``
+    and ``chief`` count the tasks of each kind.
+
+    ``env`` adds environment variables to every task (``{"TF_USE_LEGACY_KERAS": "1"}``).
+    The notebook's ``COURSE_STRATEGY`` and ``COURSE_REPLICAS`` are not passed on, so a worker
+    behaves the same whatever the notebook runs under; set them in ``env`` to pass them.
+    ``cwd`` is the tasks' working folder.
 
     ``stream`` chooses what is printed while the cluster runs: ``"chief"`` (the default) prints
     the chief's lines as they arrive and every other task's lines after the run, one task after
     the other, so the output is the same every time; ``"all"`` prints every line as it arrives
-    (interleaved); ``"none"`` prints nothing (see :meth:`ClusterResult.show`).
+    (interleaved); ``"none"`` prints only the launcher's own lines (see :meth:`ClusterResult.show`).
+    ``verbose=False`` prints nothing at all.
 
-    ``timeout`` limits the whole run, ``start_timeout`` the wait for every server to start.
-    ``env`` adds environment variables to every task (``{"TF_USE_LEGACY_KERAS": "1"}``).
-    The notebook's ``COURSE_STRATEGY`` and ``COURSE_REPLICAS`` are not passed on, so a worker
-    behaves the same whatever the notebook runs under; set them in ``env`` to pass them.
+    ``timeout`` limits the whole run, in seconds. The rarely changed settings are one
+    :class:`ClusterOptions` record, ``options``.
     """
 
     def __init__(
         self,
-        target: str,
+        target: Union[str, Path],
         args: Sequence[Any] = (),
         *,
         workers: int = 2,
         ps: int = 0,
         chief: int = 0,
-        evaluator: int = 0,
         env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[Union[str, Path]] = None,
         stream: str = "chief",
         timeout: float = 300.0,
-        start_timeout: float = 180.0,
-        wait_ready: bool = True,
-        cwd: Optional[Union[str, Path]] = None,
-        name: Optional[str] = None,
         verbose: bool = True,
-        announce: bool = True,
-        prefix: bool = True,
-        use_gpus: bool = False,
-        tf_config: bool = True,
+        options: ClusterOptions = ClusterOptions(),
     ) -> None:
         if stream not in {"chief", "all", "none"}:
             raise ConfigError(f"stream={stream!r}: use 'chief', 'all' or 'none'.")
+        if not isinstance(options, ClusterOptions):
+            raise ConfigError(f"options={options!r}: give a ClusterOptions(...) record.")
         self.target = str(target)
         self.args = [str(a) for a in args]
-        self.counts = {"chief": chief, "worker": workers, "ps": ps, "evaluator": evaluator}
+        self.counts = {"chief": chief, "worker": workers, "ps": ps, "evaluator": options.evaluator}
         self._spec(list(range(1, 1 + sum(self.counts.values()))))  # validates the counts
         self.env = dict(env or {})
+        self.cwd = str(cwd) if cwd is not None else None
         self.stream = stream
         self.timeout = float(timeout)
-        self.start_timeout = float(start_timeout)
-        self.wait_ready_first = wait_ready
-        self.cwd = str(cwd) if cwd is not None else None
-        self.name = name or self.target
         self.verbose = verbose
-        self.announce = announce and verbose
-        self.prefix = prefix
-        self.use_gpus = use_gpus
-        self.tf_config = tf_config
+        self.options = options
+        self.name = options.name or self.target
+        self.announce = options.announce and verbose
         self.cluster: dict[str, list[str]] = {}
         self.ports: list[int] = []
         self._tasks: dict[str, _Task] = {}
@@ -144,6 +188,11 @@ class LocalCluster:
         return chief_of(self.cluster) if self.cluster else ("chief 0" if self.counts["chief"] else "worker 0")
 
     @property
+    def running(self) -> bool:
+        """Whether the cluster was started and not stopped since."""
+        return self._running
+
+    @property
     def pids(self) -> dict[str, int]:
         """The process id of every task started (for tests and for the curious; never printed)."""
         return {n: t.process.pid for n, t in self._tasks.items() if t.process is not None}
@@ -155,6 +204,21 @@ class LocalCluster:
     def _spec(self, ports: list[int]) -> dict[str, list[str]]:
         c = self.counts
         return cluster_spec(c["worker"], c["ps"], c["chief"], c["evaluator"], ports=ports)
+
+    def _task(self, name: str) -> _Task:
+        if name not in self._tasks:
+            raise ConfigError(f"No task {name!r} in this cluster (tasks: {', '.join(self._tasks)}).")
+        return self._tasks[name]
+
+    def _limit(self, timeout: Optional[float]) -> float:
+        """The moment a wait of ``timeout`` seconds ends (never after the cluster's own limit)."""
+        return min(self._deadline, time.monotonic() + timeout) if timeout else self._deadline
+
+    def _give_up(self, message: str, names: Sequence[str]) -> ClusterError:
+        """Stop the cluster; the error to raise, with the last lines of the tasks ``names``."""
+        self.stop(quiet=True)
+        self._finish_logs()
+        return ClusterError(f"{message} {_last_lines_text(self._tasks, names)}")
 
     # ------------------------------------------------------------------ starting
 
@@ -180,12 +244,13 @@ class LocalCluster:
             raise ClusterError(
                 "The local cluster needs Linux or macOS (process groups); on Windows, use WSL or Colab."
             )
-        _stop_previous(self.name)
+        if registry.stop_named(self.name) and self.announce:
+            print(f"[cluster] stopped the earlier cluster running {self.name} (a re-run cell)")
         attempts = 3
         for attempt in range(attempts):
             self._launch()
             try:
-                if self.wait_ready_first:
+                if self.options.wait_ready:
                     self._wait_ready()
                 return self
             except _PortClash:
@@ -199,6 +264,27 @@ class LocalCluster:
                 self.stop(quiet=True)
                 raise
         return self  # pragma: no cover
+
+    def _task_env(self, base_env: Mapping[str, str], kind: str, index: int) -> dict[str, str]:
+        """The environment of one task: the notebook's, the launcher's variables, ``env``."""
+        env = dict(base_env)
+        env.update(
+            {
+                "PYTHONUNBUFFERED": "1",
+                # INFO level, so that TensorFlow logs "Started server with target" on stderr
+                # (the readiness signal); stderr is never shown, only searched.
+                "TF_CPP_MIN_LOG_LEVEL": "0",
+                "COURSE_CLUSTER_PARENT": str(os.getpid()),
+                "COURSE_CLUSTER_DEADLINE": str(time.time() + self.timeout + 30),
+                "COURSE_TASK": f"{kind} {index}",
+            }
+        )
+        if not self.options.use_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        if self.options.tf_config:
+            env["TF_CONFIG"] = json.dumps(make_tf_config(self.cluster, kind, index))
+        env.update(self.env)
+        return env
 
     def _launch(self) -> None:
         total = sum(self.counts.values())
@@ -216,43 +302,25 @@ class LocalCluster:
             for k, v in os.environ.items()
             if k not in {"COURSE_STRATEGY", "COURSE_REPLICAS", "TF_CONFIG"}
         }
-        python_path = os.pathsep.join(p for p in (_package_root(), base_env.get("PYTHONPATH", "")) if p)
-        with _RUNNING_LOCK:
-            _RUNNING.add(self)
+        base_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (_package_root(), base_env.get("PYTHONPATH", "")) if p
+        )
+        registry.add(self)
         self._running = True
+        python = [sys.executable, "-u"] + (
+            [self.target] if self.target.endswith(".py") else ["-m", self.target]
+        )
         for kind, index in tasks_of(self.cluster):
             name = f"{kind} {index}"
-            env = dict(base_env)
-            env.update(
-                {
-                    "PYTHONUNBUFFERED": "1",
-                    "PYTHONPATH": python_path,
-                    # INFO level, so that TensorFlow logs "Started server with target" on stderr
-                    # (the readiness signal); stderr is never shown, only searched.
-                    "TF_CPP_MIN_LOG_LEVEL": "0",
-                    "COURSE_CLUSTER_PARENT": str(os.getpid()),
-                    "COURSE_CLUSTER_DEADLINE": str(time.time() + self.timeout + 30),
-                    "COURSE_TASK": name,
-                }
-            )
-            if not self.use_gpus:
-                env["CUDA_VISIBLE_DEVICES"] = ""
-            if self.tf_config:
-                env["TF_CONFIG"] = json.dumps(make_tf_config(self.cluster, kind, index))
-            env.update(self.env)
-            if self.target.endswith(".py"):
-                command = [sys.executable, "-u", self.target, *self.args]
-            else:
-                command = [sys.executable, "-u", "-m", self.target, *self.args]
             task = _Task(name, kind, index, TaskLog(name))
             self._tasks[name] = task
             self._printed[name] = 0
             task.process = subprocess.Popen(
-                command,
+                [*python, *self.args],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=env,
+                env=self._task_env(base_env, kind, index),
                 cwd=self.cwd,
                 text=True,
                 encoding="utf-8",
@@ -260,24 +328,21 @@ class LocalCluster:
                 bufsize=1,
                 start_new_session=True,  # its own process group: stop() kills it and its children
             )
-            _STARTED.append(task.process.pid)
+            registry.add_process(task.process.pid)
             for stream_name, pipe in (("out", task.process.stdout), ("err", task.process.stderr)):
                 reader = threading.Thread(
-                    target=_read_lines, args=(pipe, name, stream_name, self._events), daemon=True
+                    target=read_lines, args=(pipe, name, stream_name, self._events), daemon=True
                 )
                 reader.start()
                 task.readers.append(reader)
         if self.announce:
-            kinds = ", ".join(
-                f"{len(v)} {k}{'s' if len(v) != 1 and k != 'ps' else ''}" for k, v in self.cluster.items()
-            )
             print(
-                f"[cluster] started {kinds} as separate processes on this machine "
-                f"({'TF_CONFIG written for each, ' if self.tf_config else ''}free ports picked at random)"
+                f"[cluster] started {describe_jobs(self.cluster)} as separate processes on this machine "
+                f"({'TF_CONFIG written for each, ' if self.options.tf_config else ''}free ports picked at random)"
             )
 
     def _wait_ready(self) -> None:
-        limit = time.monotonic() + self.start_timeout
+        limit = time.monotonic() + self.options.start_timeout
         while not all(t.ready for t in self._tasks.values()):
             self._pump(0.1)
             for task in self._tasks.values():
@@ -286,7 +351,7 @@ class LocalCluster:
                 code = task.process.poll() if task.process else None
                 if code is not None:
                     self._drain(task)
-                    if code != 0 and any(_PORT_CLASH.search(l) for l in task.stderr):
+                    if code != 0 and any(PORT_CLASH.search(l) for l in task.stderr):
                         raise _PortClash()
                     if code == 0:
                         task.ready = True
@@ -294,12 +359,10 @@ class LocalCluster:
                     self._raise_failed(task.name)
             if time.monotonic() > limit:
                 waiting = [t.name for t in self._tasks.values() if not t.ready]
-                self.stop(quiet=True)
-                self._finish_logs()
-                raise ClusterError(
-                    f"The cluster did not start within {self.start_timeout:.0f} s: "
-                    f"{', '.join(waiting)} never reported a started server. "
-                    + _last_lines_text(self._tasks, waiting)
+                raise self._give_up(
+                    f"The cluster did not start within {self.options.start_timeout:.0f} s: "
+                    f"{', '.join(waiting)} never reported a started server.",
+                    waiting,
                 )
         if self.announce:
             names = ", ".join(self._tasks)
@@ -342,7 +405,7 @@ class LocalCluster:
         if line.strip() == READY_MARKER:
             task.ready = True
             return
-        if _NOISE.match(line):
+        if NOISE.match(line):
             return
         task.log.lines.append(line)
         self._show(name, line)
@@ -352,21 +415,20 @@ class LocalCluster:
             return
         live = self.stream == "all" or name == self.chief
         all_ready = all(t.ready for t in self._tasks.values())
-        if live and (all_ready or not self.wait_ready_first):
+        if live and (all_ready or not self.options.wait_ready):
             self._release_held()
-            print(self._format(name, line), flush=True)
-            self._printed[name] += 1
+            self._print(name, line)
         elif live:
             self._held.append((name, line))
 
-    def _format(self, name: str, line: str) -> str:
-        return f"[{name}] {line}" if self.prefix else line
+    def _print(self, name: str, line: str) -> None:
+        print(f"[{name}] {line}" if self.options.prefix else line, flush=True)
+        self._printed[name] += 1
 
     def _release_held(self) -> None:
         held, self._held = self._held, []
         for name, line in held:
-            print(self._format(name, line), flush=True)
-            self._printed[name] += 1
+            self._print(name, line)
 
     def _print_rest(self) -> None:
         """After the run: the lines not printed live, task after task."""
@@ -375,8 +437,7 @@ class LocalCluster:
             return
         for name, task in self._tasks.items():
             for line in task.log.lines[self._printed[name] :]:
-                print(self._format(name, line), flush=True)
-            self._printed[name] = len(task.log.lines)
+                self._print(name, line)
 
     def wait_for_line(self, task: str, pattern: str, timeout: Optional[float] = None) -> str:
         """Wait until ``task`` prints a line matching the regular expression ``pattern``; return it.
@@ -384,25 +445,21 @@ class LocalCluster:
         Raises :class:`WorkerFailed` when a task fails first, :class:`ClusterError` after
         ``timeout`` seconds (default: what is left of the cluster's own time limit).
         """
-        if task not in self._tasks:
-            raise ConfigError(f"No task {task!r} in this cluster (tasks: {', '.join(self._tasks)}).")
+        log = self._task(task).log
         regex = re.compile(pattern)
-        limit = min(self._deadline, time.monotonic() + timeout) if timeout else self._deadline
+        limit = self._limit(timeout)
         seen = 0
         try:
             while True:
-                lines = self._tasks[task].log.lines
-                for line in lines[seen:]:
+                for line in log.lines[seen:]:
                     if regex.search(line):
                         return line
-                seen = len(lines)
+                seen = len(log.lines)
                 self._check_failures()
                 if time.monotonic() > limit:
-                    self.stop(quiet=True)
-                    self._finish_logs()
-                    raise ClusterError(
-                        f"{task} did not print a line matching {pattern!r} in time; the cluster was stopped. "
-                        + _last_lines_text(self._tasks, [task])
+                    raise self._give_up(
+                        f"{task} did not print a line matching {pattern!r} in time; the cluster was stopped.",
+                        [task],
                     )
                 self._pump(0.1)
         except BaseException:
@@ -412,15 +469,10 @@ class LocalCluster:
 
     def kill(self, task: str, sig: int = signal.SIGKILL) -> None:
         """Kill one task now (``SIGKILL`` by default: like a machine losing power)."""
-        if task not in self._tasks:
-            raise ConfigError(f"No task {task!r} in this cluster (tasks: {', '.join(self._tasks)}).")
-        process = self._tasks[task].process
+        process = self._task(task).process
         if process is not None and process.poll() is None:
             self._killed.add(task)
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                pass
+            _signal_group(process, sig)
 
     def _check_failures(self) -> None:
         # A task killed on purpose is the failure to report, even if another one died of it.
@@ -457,7 +509,7 @@ class LocalCluster:
 
         Whatever happens (a failure, the time limit, an interrupt), the cluster is stopped.
         """
-        limit = min(self._deadline, time.monotonic() + timeout) if timeout else self._deadline
+        limit = self._limit(timeout)
         try:
             while True:
                 self._check_failures()
@@ -466,11 +518,10 @@ class LocalCluster:
                         self._drain(task)
                     break
                 if time.monotonic() > limit:
-                    self.stop(quiet=True)
-                    self._finish_logs()
-                    raise ClusterError(
+                    raise self._give_up(
                         f"The cluster did not finish within its time limit ({self.timeout:.0f} s) and "
-                        "was stopped. " + _last_lines_text(self._tasks, list(self._tasks))
+                        "was stopped.",
+                        list(self._tasks),
                     )
                 self._pump(0.1)
         except BaseException:
@@ -545,15 +596,15 @@ class LocalCluster:
                 reader.join(timeout=2.0)
             for pipe in (task.process.stdout, task.process.stderr) if task.process else ():
                 try:
-                    pipe.close()
+                    if pipe is not None:
+                        pipe.close()
                 except Exception:
                     pass
             if task.process is not None:
                 task.log.returncode = task.process.returncode
         self._running = False
         if not _finalizing:  # a finalized object has already left the weak registry
-            with _RUNNING_LOCK:
-                _RUNNING.discard(self)
+            registry.discard(self)
 
 
 class _PortClash(Exception):
@@ -572,28 +623,28 @@ def _last_lines_text(tasks: Mapping[str, _Task], names: Sequence[str]) -> str:
     return "\n".join(parts) if parts else "Nothing was printed."
 
 
-def run_cluster(target: str, args: Sequence[Any] = (), **options: Any) -> ClusterResult:
+def run_cluster(target: Union[str, Path], args: Sequence[Any] = (), **settings: Any) -> ClusterResult:
     """Start a :class:`LocalCluster`, wait for every task to end, stop it; return the logs.
 
-    Takes the same options as :class:`LocalCluster`; raises :class:`WorkerFailed` when a task
+    Takes the same settings as :class:`LocalCluster`; raises :class:`WorkerFailed` when a task
     fails (after stopping the others) and :class:`ClusterError` on a time limit.
     """
-    with LocalCluster(target, args, **options) as cluster:
+    with LocalCluster(target, args, **settings) as cluster:
         return cluster.wait()
 
 
-def run_module(target: str, args: Sequence[Any] = (), **options: Any) -> TaskLog:
+def run_module(
+    target: Union[str, Path],
+    args: Sequence[Any] = (),
+    *,
+    options: ClusterOptions = ONE_PROCESS,
+    **settings: Any,
+) -> TaskLog:
     """Run one module (or script) in a fresh process with the launcher's care; return its log.
 
     For a program that builds its own cluster inside one process (notebook 08's in-process
-    parameter-server cluster): no ``TF_CONFIG``, no wait for a server, same clean-up and output.
+    parameter-server cluster): by default (:data:`ONE_PROCESS`) no ``TF_CONFIG``, no wait for a
+    server, no ``[cluster]`` lines and no task prefix; the same clean-up and output. ``settings``
+    are those of :class:`LocalCluster` but ``workers``.
     """
-    options.setdefault("wait_ready", False)
-    options.setdefault("tf_config", False)
-    options.setdefault("announce", False)
-    options.setdefault("prefix", False)
-    options.setdefault("name", target)
-    cluster = LocalCluster(target, args, workers=1, **options)
-    with cluster:
-        result = cluster.wait()
-    return result["worker 0"]
+    return run_cluster(target, args, workers=1, options=options, **settings)["worker 0"]

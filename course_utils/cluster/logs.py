@@ -1,4 +1,4 @@
-"""What the tasks of a cluster print: markers, noise, their logs and how they ended."""
+"""Notebooks 07 and 08: what the tasks of a cluster print (markers, noise), their logs and how they ended."""
 
 from __future__ import annotations
 
@@ -6,21 +6,18 @@ import queue
 import re
 import signal
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from ..errors import summarize_error
-from ..processes import RESULT_MARKER as _RESULT_MARKER
 
 #: TensorFlow's log line when a task's gRPC server is up (the launcher's readiness signal).
 SERVER_STARTED = re.compile(r"Started server with target: grpc://")
 #: A line a worker may print on stdout to say it is ready without starting a server.
 READY_MARKER = "@@ready"
-#: Prefix of the machine-readable lines printed by :func:`course_utils.workers.common.report`.
-RESULT_MARKER = _RESULT_MARKER
 #: What a failed gRPC bind looks like: the launcher then retries with new ports.
-_PORT_CLASH = re.compile(r"address already in use|Failed to add port|Could not start gRPC server", re.I)
+PORT_CLASH = re.compile(r"address already in use|Failed to add port|Could not start gRPC server", re.I)
 #: TensorFlow/absl log lines and Python warnings that are noise in a notebook.
-_NOISE = re.compile(
+NOISE = re.compile(
     r"^(?:[IWEF]\d{4} [\d:. ]+\d+ [\w.]+:\d+\]|WARNING: All log messages before absl|"
     r"WARNING:tensorflow:|WARNING:absl:|\S+\.py:\d+: \w*Warning:)"
 )
@@ -70,7 +67,7 @@ class ClusterResult:
     def __getitem__(self, task: str) -> TaskLog:
         return self.tasks[task]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[TaskLog]:
         return iter(self.tasks.values())
 
     @property
@@ -87,7 +84,9 @@ class ClusterResult:
                 print(f"[{name}] {line}")
 
 
-def _read_lines(pipe: Any, name: str, stream_name: str, events: "queue.Queue") -> None:
+def read_lines(pipe: Any, name: str, stream_name: str, events: "queue.Queue[Any]") -> None:
+    """Put every line of ``pipe`` on ``events`` as ``(name, stream_name, line)``, then a ``None``
+    line at its end (run in a thread per pipe; the launcher handles the events)."""
     try:
         for line in iter(pipe.readline, ""):
             events.put((name, stream_name, line))

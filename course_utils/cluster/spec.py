@@ -1,4 +1,4 @@
-"""Cluster descriptions: free ports, ``cluster_spec``, each task's ``TF_CONFIG``."""
+"""Notebooks 07 and 08 (and 02's support matrix): cluster descriptions, free ports, ``TF_CONFIG``."""
 
 from __future__ import annotations
 
@@ -85,6 +85,14 @@ def chief_of(cluster: Mapping[str, Sequence[str]]) -> str:
     if cluster.get("worker"):
         return "worker 0"
     return f"{next(iter(cluster))} 0"
+
+
+def describe_jobs(cluster: Mapping[str, Sequence[str]]) -> str:
+    """The jobs of a cluster in words: ``"1 chief, 2 workers, 1 ps"``."""
+    return ", ".join(
+        f"{len(addresses)} {job}{'s' if len(addresses) != 1 and job != 'ps' else ''}"
+        for job, addresses in cluster.items()
+    )
 
 
 def tasks_of(cluster: Mapping[str, Sequence[str]]) -> list[tuple[str, int]]:

@@ -1,17 +1,19 @@
-"""Checks for notebook 10, the capstone, built on :mod:`course_utils.lessons.capstone`.
+"""Notebook 10 (capstone): its checks, graded by :func:`course_utils.compare.same_update`.
 
 The capstone's single-device script (the same constants and code as the notebook's cell) is here
-too: it is the one-device reference the checks compare the student's distributed step with.
+too: it is the one-device reference the checks compare the student's distributed step with, so a
+student's capstone gets the same verdict and hint as ``check_same_update`` gives any step.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import numpy as np
 
+from .. import compare
 from ..checks import exercise, expect, passed
-from ..lessons import capstone
+from ..lessons.reference import check_batch, step_with_loss
 from ..runtime import import_tensorflow as _tf
 
 #: The script's settings: an L2 penalty, shirts weighted 3x, clipping by the global norm.
@@ -49,8 +51,6 @@ def sample_weights(labels: Any) -> np.ndarray:
 
 def check_data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``CHECK_STEPS`` global batches of the course's built-in Fashion-MNIST-like images."""
-    from ..lessons.reference import check_batch
-
     images, labels = check_batch(CHECK_BATCH * CHECK_STEPS, seed=3)
     return images, labels, sample_weights(labels)
 
@@ -79,40 +79,29 @@ def make_metric() -> Any:
     return keras.metrics.SparseCategoricalAccuracy(name="weighted_accuracy")
 
 
-def _script_step(
-    model: Any, optimizer: Any, metric: Any, global_batch_size: int, *, clip: bool = True
-) -> Callable[[Any], Any]:
-    tf = _tf()
+def _script_loss(labels: Any, logits: Any, weights: Any, model_losses: Any, global_batch_size: int) -> Any:
     import keras
 
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    def train_step(inputs: Any) -> Any:
-        images, labels, weights = inputs
-        with tf.GradientTape() as tape:
-            logits = model(images, training=True)
-            loss = loss_fn(labels, logits, sample_weight=weights) + tf.add_n(model.losses)
-        gradients = tape.gradient(loss, model.trainable_variables)
-        if clip:
-            gradients, _ = tf.clip_by_global_norm(gradients, CLIP_NORM)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        metric.update_state(labels, logits, sample_weight=weights)
-        return loss
-
-    return train_step
+    return loss_fn(labels, logits, sample_weight=weights) + _tf().add_n(model_losses)
 
 
-def make_script_step(model: Any, optimizer: Any, metric: Any, global_batch_size: int) -> Callable[[Any], Any]:
-    """The single-device script's step, in the factory form the check runs (the reference)."""
-    return _script_step(model, optimizer, metric, global_batch_size)
+def _script_clip(gradients: Any, clip_norm: float) -> Any:
+    return _tf().clip_by_global_norm(gradients, clip_norm)[0]
+
+
+#: The single-device script's step, in the factory form the check runs (the reference) ...
+make_script_step = step_with_loss(_script_loss, _script_clip, CLIP_NORM)
+#: ... and without its clipping: the reference for the loss alone.
+_unclipped_script_step = step_with_loss(_script_loss)
 
 
 def same_update(
     make_train_step: Any, *, reference: Any = make_script_step, **kwargs: Any
-) -> capstone.SameUpdate:
-    """:func:`course_utils.lessons.capstone.same_update` on the capstone's model, data and optimizer,
-    compared with the script's step on one device (``reference=None``: with the port's own
-    run on 1 replica)."""
+) -> compare.SameUpdate:
+    """:func:`course_utils.compare.same_update` on the capstone's model, data and optimizer,
+    compared with the script's step on one device (``reference=None``: with the port's own run on
+    1 replica)."""
     options: dict[str, Any] = dict(
         make_model=make_model,
         make_optimizer=make_optimizer,
@@ -121,41 +110,7 @@ def same_update(
         replicas=replica_counts(),
     )
     options.update(kwargs)
-    return capstone.same_update(make_train_step, *check_data(), **options)
-
-
-def step_with_loss(
-    loss_fn: Callable[..., Any], clip: Optional[Callable[..., Any]] = None
-) -> Callable[..., Any]:
-    """A per-replica step factory around ``loss_fn(labels, logits, sample_weight, model_losses,
-    global_batch_size)`` and, when given, ``clip(gradients, clip_norm)``."""
-    tf = _tf()
-
-    def make_train_step(
-        model: Any, optimizer: Any, metric: Any, global_batch_size: int
-    ) -> Callable[[Any], Any]:
-        def train_step(inputs: Any) -> Any:
-            images, labels, weights = inputs
-            with tf.GradientTape() as tape:
-                logits = model(images, training=True)
-                loss = loss_fn(labels, logits, weights, model.losses, global_batch_size)
-            gradients = tape.gradient(loss, model.trainable_variables)
-            if clip is not None:
-                gradients = clip(gradients, CLIP_NORM)
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-            metric.update_state(labels, logits, sample_weight=weights)
-            return loss
-
-        return train_step
-
-    return make_train_step
-
-
-def _unclipped_script_step(
-    model: Any, optimizer: Any, metric: Any, global_batch_size: int
-) -> Callable[[Any], Any]:
-    """The script's step without its clipping: the reference for the loss alone."""
-    return _script_step(model, optimizer, metric, global_batch_size, clip=False)
+    return compare.same_update(make_train_step, *check_data(), **options)
 
 
 # --------------------------------------------------------------------------- the checks
@@ -237,7 +192,7 @@ def check_capstone_clip(capstone_clip: Callable[[list, float], Any]) -> None:
                 f"On one device, clipping {total.tolist()} to norm {clip_norm} should give "
                 f"{np.round(want, 4).tolist()}, got {np.round(one, 4).tolist()}.",
             )
-            strategy = capstone.checking_strategy(2)
+            strategy = compare.checking_strategy(2)
             values = tf.constant(np.stack(case))
 
             @tf.function
@@ -246,7 +201,7 @@ def check_capstone_clip(capstone_clip: Callable[[list, float], Any]) -> None:
                     index = tf.distribute.get_replica_context().replica_id_in_sync_group
                     return capstone_clip([tf.gather(values, index)], clip_norm)[0]
 
-                return strategy.reduce("SUM", strategy.run(replica), axis=None)
+                return compare.sum_replicas(strategy, strategy.run(replica))
 
             got = run().numpy()
             if np.allclose(got, want, atol=1e-5):
@@ -258,7 +213,7 @@ def check_capstone_clip(capstone_clip: Callable[[list, float], Any]) -> None:
                 f"against {clip_norm}, but one device clips their sum (norm {np.linalg.norm(total):.2f}): "
                 "clip by the norm of the all-reduced gradient (tf.distribute.get_replica_context().all_reduce).",
             )
-            f = capstone.factor(got, want)
+            f = compare.factor(got, want)
             expect(
                 not abs(f - 2.0) < 1e-3,
                 "The replicas' results add up to 2.00x the clipped gradient: apply_gradients adds "
@@ -273,7 +228,7 @@ def check_capstone_clip(capstone_clip: Callable[[list, float], Any]) -> None:
     passed("capstone_clip", "the replicas' shares add up to the one-device clipped gradient.")
 
 
-def check_capstone_step(make_train_step: Callable[..., Any]) -> capstone.SameUpdate:
+def check_capstone_step(make_train_step: Callable[..., Any]) -> compare.SameUpdate:
     """``make_train_step(model, optimizer, metric, global_batch_size)``: the whole per-replica
     step, compared with the single-device script on 1, 2 and 4 replicas."""
     with exercise("capstone_step"):

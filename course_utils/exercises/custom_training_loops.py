@@ -1,7 +1,7 @@
-"""Checks for notebook 04, custom training loops.
+"""Notebook 04 (custom training loops): its exercise checks.
 
 Every check that is about distribution runs the student's code on one device and on a 2-replica
-``MirroredStrategy`` over virtual CPUs (:func:`course_utils.lessons.reference.checking_strategy`) from the
+``MirroredStrategy`` over virtual CPUs (:func:`course_utils.compare.checking_strategy`) from the
 same weights and the same global batch, and compares both with a single-device reference written
 out here. Code that is right on one replica and wrong on two fails on the second run, whatever
 strategy the notebook itself runs under.
@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .. import compare
 from ..checks import exercise, expect, expect_close, passed
 from ..errors import ExerciseError, ReplicaCountError
 from ..lessons import reference as ref
@@ -42,34 +43,15 @@ ADAM_LEARNING_RATE = 0.001
 EVAL_EXAMPLES = 40
 
 
-#: The one 2-replica strategy of this process that the checks use (see :func:`checking_strategy`).
-_CHECKING: list = []
-
-
-def _on_first_two_cpus(strategy: Any) -> bool:
-    tf = _tf()
-    if not isinstance(strategy, tf.distribute.MirroredStrategy):
-        return False
-    return [d.split("device:")[-1] for d in strategy.extended.worker_devices] == ["CPU:0", "CPU:1"]
-
-
 def checking_strategy(notebook_strategy: Optional[Any] = None) -> Any:
-    """The 2-replica ``MirroredStrategy`` over ``CPU:0`` and ``CPU:1`` that the checks compare on.
-
-    One per process: TensorFlow gives every ``MirroredStrategy`` over the same devices the same
-    collective keys, so the all-reduces of a second one collide with the first's and abort every
-    collective of the process (tensorflow/tensorflow#62790). So the checks reuse one strategy:
-    ``notebook_strategy`` when it is already such a strategy, else one made on the first call.
-    """
-    if not _CHECKING:
-        if notebook_strategy is not None and _on_first_two_cpus(notebook_strategy):
-            _CHECKING.append(notebook_strategy)
-        else:
-            try:
-                _CHECKING.append(ref.checking_strategy())
-            except ReplicaCountError as error:
-                raise ExerciseError(str(error)) from None
-    return _CHECKING[0]
+    """The 2-replica ``MirroredStrategy`` over ``CPU:0`` and ``CPU:1`` that the checks compare on:
+    :func:`course_utils.compare.checking_strategy`, one per process (TensorFlow gives every
+    ``MirroredStrategy`` over the same devices the same collective keys, tensorflow/tensorflow#62790).
+    A notebook whose strategy is 2 replicas on virtual CPUs gets that very strategy back."""
+    try:
+        return compare.checking_strategy(2)
+    except ReplicaCountError as error:
+        raise ExerciseError(str(error)) from None
 
 
 def _two_replicas() -> Any:
@@ -112,12 +94,6 @@ def padded(images: np.ndarray, labels: np.ndarray, real: int) -> tuple[np.ndarra
     labels[real:] = 0
     mask = (np.arange(len(labels)) < real).astype(np.float32)
     return images, labels, mask
-
-
-def _distribute(strategy: Any, arrays: tuple, batch: int) -> Any:
-    tf = _tf()
-    dataset = tf.data.Dataset.from_tensor_slices(arrays).batch(batch)
-    return strategy.experimental_distribute_dataset(dataset)
 
 
 # --------------------------------------------------------------------------- adam_update_factor
@@ -258,15 +234,14 @@ def check_padded_loss(compute_loss: Callable[[Any, Any, Any, Any], Any]) -> None
         strategy = _two_replicas()
 
         def on_two_replicas(mask: np.ndarray, model_losses: list) -> float:
-            inputs = next(iter(_distribute(strategy, (labels, logits, mask), n)))
+            inputs = next(iter(compare.distribute(strategy, (labels, logits, mask), n)))
 
             @tf.function
             def run(inputs: Any) -> Any:
                 def replica_fn(batch_labels: Any, batch_logits: Any, batch_mask: Any) -> Any:
                     return compute_loss(batch_labels, batch_logits, batch_mask, model_losses)
 
-                per_replica = strategy.run(replica_fn, args=inputs)
-                return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+                return compare.sum_replicas(strategy, strategy.run(replica_fn, args=inputs))
 
             return _scalar(run(inputs), "The loss of one replica")
 
@@ -343,11 +318,10 @@ def padded_reference(
     labels: np.ndarray,
     mask: np.ndarray,
     learning_rate: float = ref.CHECK_LEARNING_RATE,
-) -> ref.StepResult:
+) -> compare.Run:
     """One SGD step on one device on the real examples only (the padding left out)."""
     real = mask > 0
-    result = ref.reference_step(weights, images[real], labels[real], learning_rate)
-    return result
+    return ref.reference_step(weights, images[real], labels[real], learning_rate)
 
 
 def run_padded_step(
@@ -357,26 +331,22 @@ def run_padded_step(
     images: np.ndarray,
     labels: np.ndarray,
     mask: np.ndarray,
-) -> ref.StepResult:
+) -> compare.Run:
     """One step of ``make_train_step(model, optimizer, accuracy)`` under ``strategy`` (SGD)."""
-    tf = _tf()
-    model, optimizer, accuracy = ref.build_for_step(strategy, weights, ref.CHECK_LEARNING_RATE)
-    train_step = make_train_step(model, optimizer, accuracy)
+    import keras
 
-    @tf.function
-    def distributed_train_step(inputs: Any) -> Any:
-        per_replica = strategy.run(train_step, args=(inputs,))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-
-    before = ref.flat(model.trainable_variables)
-    inputs = next(iter(_distribute(strategy, (images, labels, mask), len(labels))))
-    loss = _scalar(distributed_train_step(inputs), "The loss your step returns (summed over the replicas)")
-    return ref.StepResult(
-        replicas=int(strategy.num_replicas_in_sync),
-        loss=loss,
-        update=ref.flat(model.trainable_variables) - before,
-        accuracy=float(accuracy.result()),
-    )
+    try:
+        return compare.run(
+            strategy,
+            lambda strategy, model, optimizer, accuracy: make_train_step(model, optimizer, accuracy),
+            [images, labels, mask],
+            make_model=ref.check_model,
+            weights=weights,
+            make_optimizer=lambda: keras.optimizers.SGD(ref.CHECK_LEARNING_RATE),
+            make_metric=lambda: keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
+        )
+    except ExerciseError as error:  # a loss that is not one number
+        raise ExerciseError(f"{error} (summed over the replicas)") from None
 
 
 def check_padded_train_step(make_train_step: Callable[[Any, Any, Any], Any]) -> None:
@@ -417,20 +387,19 @@ def check_padded_train_step(make_train_step: Callable[[Any, Any, Any], Any]) -> 
                 rtol=1e-4,
             )
             if (
-                result.accuracy is not None
-                and abs(result.accuracy - all_slots.accuracy) < 1e-6
-                and abs(all_slots.accuracy - reference.accuracy) > 1e-6
+                abs(result.metrics[0] - all_slots.metrics[0]) < 1e-6
+                and abs(all_slots.metrics[0] - reference.metrics[0]) > 1e-6
             ):
                 raise ExerciseError(
-                    f"{where} the accuracy reads {result.accuracy:.4f}: it counted the "
+                    f"{where} the accuracy reads {result.metrics[0]:.4f}: it counted the "
                     f"{ref.CHECK_BATCH - REAL} padding examples as if they were real (expected "
-                    f"{reference.accuracy:.4f}, over the {REAL} real ones). A metric takes the "
+                    f"{reference.metrics[0]:.4f}, over the {REAL} real ones). A metric takes the "
                     "mask too."
                 )
             expect(
-                result.accuracy is not None and abs(result.accuracy - reference.accuracy) < 1e-6,
-                f"{where} the accuracy metric reads {result.accuracy:.4f} after the step, expected "
-                f"{reference.accuracy:.4f} (the {REAL} real examples): update it once per step, "
+                abs(result.metrics[0] - reference.metrics[0]) < 1e-6,
+                f"{where} the accuracy metric reads {result.metrics[0]:.4f} after the step, expected "
+                f"{reference.metrics[0]:.4f} (the {REAL} real examples): update it once per step, "
                 "inside train_step.",
             )
     passed(
@@ -470,7 +439,7 @@ def evaluate_with(
         accuracy = keras.metrics.SparseCategoricalAccuracy(name="test_accuracy")
     step = make_distributed_test_step(strategy, model, loss_metric, accuracy)
     expect(callable(step), f"make_distributed_test_step should return a function, got {type(step).__name__}.")
-    for inputs in _distribute(strategy, data, batch):
+    for inputs in compare.distribute(strategy, data, batch):
         step(inputs)
     return float(loss_metric.result()), float(accuracy.result())
 

@@ -1,4 +1,4 @@
-"""Checks for notebook 01, data parallelism."""
+"""Notebook 01: the checks of its exercises (data parallelism)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checks for notebook 03, distributed training with Keras ``Model.fit``.
+"""Notebook 03: the checks of its exercises (distributed training with Keras ``Model.fit``).
 
 * :func:`check_fit_distributed` - a single-device ``fit`` script made distributed: trained on 2
   replicas, it must match the single-device script run on the global batch, weight for weight.
@@ -29,9 +29,6 @@ CHECK_EXAMPLES = 512
 CHECK_PER_REPLICA_BATCH = 32
 
 
-_TWO: list[Any] = []
-
-
 def _two_replicas() -> Any:
     """One MirroredStrategy over 2 virtual CPUs for every check of this module, or None when
     TensorFlow has only one CPU device.
@@ -45,9 +42,7 @@ def _two_replicas() -> Any:
 
     if cpu_count() < 2:
         return None
-    if not _TWO:
-        _TWO.append(mirrored_cpus(2))
-    return _TWO[0]
+    return mirrored_cpus(2)  # cached: the same object every time
 
 
 def _need_two_replicas(exercise_id: str, strategy: Any = None) -> Any:
@@ -74,7 +69,7 @@ def _need_two_replicas(exercise_id: str, strategy: Any = None) -> Any:
 
 
 def _check_images(count: int = CHECK_EXAMPLES) -> tuple[np.ndarray, np.ndarray]:
-    from .._synthetic import make_images
+    from ..synthetic import make_images
 
     return make_images("mnist", count, seed=303)
 

@@ -1,8 +1,9 @@
-"""Checks for notebook 05, loss-scaling pitfalls.
+"""Notebook 05 (loss-scaling pitfalls): its exercise checks.
 
 Every check runs the student's code on 2 replicas next to a correct single-device reference with
-:func:`course_utils.lessons.diagnostics.update_factor`, so that code that is right on one replica and
-wrong on two fails, and the hint names the factor it found (``2.00x``) and the usual cause.
+:func:`course_utils.lessons.diagnostics.update_factor` (on :mod:`course_utils.compare`), so that code
+that is right on one replica and wrong on two fails, and the hint names the factor it found
+(``2.00x``) and the usual cause. A check about clipping runs with the clip firing and not.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ from typing import Any, Callable
 import numpy as np
 
 from ..checks import exercise, expect, passed
-from ..lessons.diagnostics import UpdateFactor, cpu_replicas, update_factor
+from ..compare import checking_strategy
+from ..lessons.diagnostics import UpdateFactor, update_factor
 
 REPLICAS = 2
 FEATURES = 4
 CLASSES = 3
 GLOBAL_BATCH = 8
-#: The clip norm of the clipping exercises: far below every gradient norm of these checks.
+#: The clip norm of the clipping exercises: far below every gradient norm of these checks (the
+#: clip fires), and far above them (it never fires: a MEAN where the SUM belongs shows only there).
 CLIP = 0.01
+NO_CLIP = 100.0
 #: Sequence length and real (unpadded) lengths of the masked-token exercise: the first replica's
 #: 4 sequences hold 19 real tokens, the second's 6, so a per-replica count is visibly wrong.
 TIME_STEPS = 5
@@ -81,10 +85,8 @@ def _reference_step() -> Callable[..., Any]:
 
 
 def two_replicas() -> Any:
-    """The 2-replica strategy of these checks: the course's one per process
-    (:func:`course_utils.strategies.mirrored_cpus`, with collective keys of its own, so it runs
-    next to the notebook's own strategy)."""
-    return cpu_replicas(REPLICAS)
+    """The 2-replica strategy of these checks (:func:`course_utils.compare.checking_strategy`)."""
+    return checking_strategy(REPLICAS)
 
 
 def _measure(step: Any, build: Callable[[], Any], batch: tuple, **kwargs: Any) -> UpdateFactor:
@@ -194,62 +196,75 @@ def check_predict_clip_factor(prediction: Any) -> None:
 
 
 def check_clip_after_sum(clip_summed_gradients: Callable[[Any, float], Any]) -> None:
-    """``clip_summed_gradients(grads, clip_norm)`` makes 2 replicas clip like one device."""
+    """``clip_summed_gradients(grads, clip_norm)`` makes 2 replicas clip like one device, with the
+    clip firing (``CLIP``) and not (``NO_CLIP``: there a MEAN where the SUM belongs shows)."""
     import keras
     import tensorflow as tf
 
     loss_fn = _loss_fn()
     mean_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
-    def reference(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
-        with tf.GradientTape() as tape:
-            loss = mean_loss(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        grads, _ = tf.clip_by_global_norm(grads, CLIP)  # what global_clipnorm does on one device
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
+    def steps(clip: float) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        def reference(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = mean_loss(y, model(x, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            grads, _ = tf.clip_by_global_norm(grads, clip)  # what global_clipnorm does on one device
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
 
-    def step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
-        with tf.GradientTape() as tape:
-            per_example_loss = loss_fn(y, model(x, training=True))
-            loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)
-        grads = tape.gradient(loss, model.trainable_variables)
-        grads = clip_summed_gradients(grads, CLIP)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
+        def step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
+            with tf.GradientTape() as tape:
+                per_example_loss = loss_fn(y, model(x, training=True))
+                loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)
+            grads = clip_summed_gradients(tape.gradient(loss, model.trainable_variables), clip)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
 
+        return step, reference
+
+    regimes = [(CLIP, "the clip firing"), (NO_CLIP, "a clip norm no gradient reaches")]
+    places = [("2 replicas", two_replicas()), ("1 device", tf.distribute.get_strategy())]
     with exercise("clip_after_sum"):
-        for where, strategy in [("2 replicas", two_replicas()), ("1 device", tf.distribute.get_strategy())]:
+        for (clip, regime), (where, strategy) in ((r, p) for r in regimes for p in places):
+            step, reference = steps(clip)
             result = update_factor(
                 step, _classifier(), _data(GLOBAL_BATCH), strategy=strategy, reference_step=reference
             )
             if result.ok:
                 continue
+            off = f", {100 * result.mismatch:.1f}% off in direction" if result.mismatch > 1e-3 else ""
             found = (
-                f"On {where} the update is {result.factor:.2f}x the single-device "
-                f"global_clipnorm update"
-                + (f", {100 * result.mismatch:.1f}% off in direction" if result.mismatch > 1e-3 else "")
-                + "."
+                f"On {where}, with clip_norm={clip:g} ({regime}), the update is {result.factor:.2f}x the "
+                f"single-device global_clipnorm update{off}."
             )
-            replicas = result.replicas
-            if replicas > 1 and _near(result.factor, replicas, 1e-2) and result.mismatch < 1e-3:
+            n = result.replicas
+            scaled = n > 1 and result.mismatch < 1e-3
+            if scaled and _near(result.factor, n, 1e-2):
                 expect(
                     False,
-                    f"{found} apply_gradients SUMS what the {replicas} replicas pass, so a clipped "
-                    f"sum passed by every replica counts {replicas} times. Pass 1/N of it (N = "
-                    "num_replicas_in_sync of the replica context).",
+                    f"{found} apply_gradients SUMS what the {n} replicas pass, so a clipped sum passed by "
+                    f"every replica counts {n} times. Pass 1/N of it (N = num_replicas_in_sync of the "
+                    "replica context).",
+                )
+            if scaled and _near(result.factor, 1 / n, 1e-2):
+                expect(
+                    False,
+                    f"{found} The replicas' gradients were averaged (ReduceOp.MEAN), not summed: one "
+                    "device's gradient is the SUM of the replicas' gradients (each is already divided by "
+                    "the global batch). All-reduce with ReduceOp.SUM, clip, then pass 1/N of it.",
                 )
             if result.factor > 5:
                 expect(
                     False,
                     f"{found} The gradients were not clipped: the update is as large as without clipping.",
                 )
-            if replicas > 1 and result.mismatch > 1e-3:
+            if n > 1 and result.mismatch > 1e-3:
                 expect(
                     False,
-                    f"{found} Each replica clipped its own gradient, as the optimizer's "
-                    "global_clipnorm does. Clip the SUM of the replicas' gradients: sum them "
-                    "across replicas first (an all-reduce), then clip by global norm.",
+                    f"{found} Each replica clipped its own gradient, as the optimizer's global_clipnorm "
+                    "does. Clip the SUM of the replicas' gradients: sum them across replicas first (an "
+                    "all-reduce), then clip by global norm.",
                 )
             expect(
                 False,

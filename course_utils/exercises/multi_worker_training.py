@@ -1,4 +1,4 @@
-"""Checks for notebook 07, multi-worker training."""
+"""Notebook 07: the checks of its exercises (multi-worker training)."""
 
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ def _function_from_program(program: Any, name: str) -> Callable:
     nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
     expect(nodes, f"The worker program has no function {name}(): keep its name and arguments.")
     namespace: dict[str, Any] = {}
-    exec(compile(ast.Module(body=nodes, type_ignores=[]), str(path), "exec"), namespace)
+    exec(compile(ast.Module(body=list[ast.stmt](nodes), type_ignores=[]), str(path), "exec"), namespace)
     return namespace[name]
 
 
@@ -219,7 +219,7 @@ def check_resume_point(program: Any, killed: Any, resumed: Any, uninterrupted: A
             "cell that writes the program, then the two cluster cells, then this check.",
         )
         chief, other = _data(resumed, "worker 0"), _data(resumed, "worker 1")
-        restored = chief.get("restored")
+        restored: Any = chief.get("restored")
         expect(
             restored is not None,
             "The restarted cluster restored no checkpoint: run the cell that "

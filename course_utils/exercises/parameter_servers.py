@@ -1,4 +1,4 @@
-"""Checks for notebook 08, parameter servers and central storage."""
+"""Notebook 08: the checks of its exercises (parameter servers and central storage)."""
 
 from __future__ import annotations
 

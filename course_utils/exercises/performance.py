@@ -1,4 +1,4 @@
-"""Checks for notebook 09, performance."""
+"""Notebook 09: the checks of its exercises (performance)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checks for notebook 00, setup and hardware."""
+"""Notebook 00: the checks of its exercises (setup and hardware)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Checks for notebook 06, TPU and hardware detection.
+"""Notebook 06: the checks of its exercises (TPU and hardware detection).
 
 The hardware check runs the student's chain against fake machines
-(:class:`course_utils.hardware.FakeMachine`), so every branch is exercised without a TPU or a GPU.
+(:class:`course_utils.lessons.machines.FakeMachine`), so every branch is exercised without a TPU or a GPU.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..checks import exercise, expect, passed
-from ..hardware import KINDS, FakeMachine
+from ..hardware import KINDS
+from ..lessons.machines import FakeMachine
 
 
 def _scenarios() -> list[tuple[FakeMachine, str, str]]:

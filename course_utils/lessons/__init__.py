@@ -1,12 +1,13 @@
-"""Helpers that serve one notebook each: the scaffolding around a lesson, never the lesson.
+"""Notebooks 01 to 10: the helpers that serve one notebook each, the scaffolding around a lesson, never the lesson.
 
 * :mod:`.simulation`, :mod:`.allreduce`, :mod:`.widgets` - notebook 01
 * :mod:`.support` - notebook 02
 * :mod:`.callbacks` - notebook 03
 * :mod:`.reference` - notebook 04
 * :mod:`.diagnostics` - notebook 05
+* :mod:`.machines` - notebook 06
 * :mod:`.deploy` - notebook 07
-* :mod:`.loops`, :mod:`.bench` - notebook 09
+* :mod:`.loops`, :mod:`.bench`, :mod:`.parallelism` - notebook 09
 * :mod:`.capstone` - notebook 10
 
 Importing this package imports none of them.

@@ -1,4 +1,4 @@
-"""All-reduce and what it costs (taught in notebook 01).
+"""Notebook 01: all-reduce and what it costs.
 
 After each replica has computed its gradient, every replica needs the SUM of all of them. A ring
 all-reduce does it without a central node: the N devices form a ring, every gradient is cut into
@@ -142,7 +142,7 @@ class RingStep:
 
     phase: str  # "start", "reduce-scatter" or "all-gather"
     number: int  # 1-based within its phase (0 for "start")
-    sent_chunk: list[Optional[int]]  # chunk each device sent in this step (None at the start)
+    sent_chunk: Sequence[Optional[int]]  # chunk each device sent in this step (None at the start)
     contributions: np.ndarray  # (device, chunk): how many devices' values that chunk now holds
 
 
@@ -246,10 +246,10 @@ def plot_ring_allreduce(replicas: int = 4) -> Any:
                     fontsize=7,
                     color="white" if k > n / 2 else "black",
                 )
-            c = step.sent_chunk[d]
-            if c is not None:  # the chunk this device sent in this step: outlined in orange
+            sent = step.sent_chunk[d]
+            if sent is not None:  # the chunk this device sent in this step: outlined in orange
                 ax.add_patch(
-                    Rectangle((x0 + c * w, y), w * 0.92, 0.6, fill=False, edgecolor="tab:orange", lw=2.2)
+                    Rectangle((x0 + sent * w, y), w * 0.92, 0.6, fill=False, edgecolor="tab:orange", lw=2.2)
                 )
                 if d < n - 1:
                     ax.add_patch(

@@ -1,4 +1,4 @@
-"""Learning-rate schedules for ``Model.fit``, taught in notebook 03.
+"""Notebook 03: learning-rate schedules for ``Model.fit``.
 
 The *Distributed training with Keras* tutorial trains for 12 epochs with a three-phase decay:
 ``1e-3`` for epochs 0-2, ``1e-4`` for epochs 3-6 and ``1e-5`` from epoch 7 on. Its ``decay``

@@ -1,4 +1,4 @@
-"""The worker program of notebook 07 on a real cluster: what Kubernetes, Vertex AI and Slurm need.
+"""Notebook 07: what Kubernetes, Vertex AI and Slurm need to run its worker program on a real cluster.
 
 The local launcher (:mod:`course_utils.cluster`) describes a cluster as a dict of jobs and
 addresses, ``{"worker": ["localhost:PORT", ...]}``, and gives each task the ``TF_CONFIG`` that
@@ -429,7 +429,7 @@ def engine_cluster(
     if engine == "kubernetes":
         return kubernetes_cluster(cluster, name, port)
     if engine == "vertex":
-        where = {}
+        where: dict[tuple[str, int], str] = {}
         for n, (job, replicas) in enumerate(vertex_pools(cluster)):
             start = sum(1 for (j, _) in where if j == job)
             for i in range(replicas):

@@ -1,4 +1,4 @@
-"""Three ways to train the same model, as functions the benchmark and notebook 09 time side by side.
+"""Notebook 09: three ways to train the same model, as functions that it and the benchmark time side by side.
 
 Each ``make_*`` function builds the custom-training CNN, its optimizer and its input pipeline
 inside ``strategy.scope()`` and returns a :class:`Trainer`. ``trainer.run(steps)`` trains for
@@ -138,6 +138,13 @@ def scaled_images(images: np.ndarray) -> np.ndarray:
     return (np.asarray(images, dtype=np.float32) / np.float32(255.0)).reshape(-1, 28, 28, 1)
 
 
+def _arrays(images: Optional[np.ndarray], labels: Optional[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The images and labels a loop builds its own dataset from, when it is given no ``dataset``."""
+    if images is None or labels is None:
+        raise ValueError("Pass either dataset= or both images= and labels=.")
+    return images, labels
+
+
 def tutorial_dataset(images: np.ndarray, labels: np.ndarray, global_batch: int, seed: int = 1) -> Any:
     """The tutorial's pipeline: shuffle the whole set and batch it (one pass = one epoch; the
     last batch of an epoch may be smaller)."""
@@ -210,7 +217,7 @@ def make_naive_ctl(
     model, optimizer = _model_and_optimizer(strategy, seed, learning_rate)
     step = replica_step(strategy, model, optimizer, global_batch)
     if dataset is None:
-        dataset = tutorial_dataset(images, labels, global_batch, seed)
+        dataset = tutorial_dataset(*_arrays(images, labels), global_batch, seed)
 
     def epochs(dist_dataset: Any) -> Any:
         while True:
@@ -257,7 +264,7 @@ def make_ctl(
     model, optimizer = _model_and_optimizer(strategy, seed, learning_rate)
     step = replica_step(strategy, model, optimizer, global_batch)
     if dataset is None:
-        dataset = course_dataset(images, labels, global_batch, seed)
+        dataset = course_dataset(*_arrays(images, labels), global_batch, seed)
     state = {"iterator": iter(strategy.experimental_distribute_dataset(dataset))}
 
     def use_dataset(new: Any, input_options: Any = None) -> None:
@@ -336,7 +343,7 @@ def make_fit(
             steps_per_execution=steps_per_call,
         )
     if dataset is None:
-        dataset = course_dataset(images, labels, global_batch, seed)
+        dataset = course_dataset(*_arrays(images, labels), global_batch, seed)
     state = {"epoch": 0, "dataset": dataset}
 
     def use_dataset(new: Any, input_options: Any = None) -> None:

@@ -1,4 +1,4 @@
-"""Synchronous data parallelism from scratch, in NumPy (taught in notebook 01).
+"""Notebook 01: synchronous data parallelism from scratch, in NumPy.
 
 The model is softmax regression (one dense layer and a softmax cross-entropy loss): small enough
 to write its gradient by hand, real enough to have the same loss as the course's classifiers.

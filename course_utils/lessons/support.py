@@ -1,4 +1,4 @@
-"""Which training API works with which strategy on this stack: the support matrix of notebook 02.
+"""Notebook 02: which training API works with which strategy on this stack (its support matrix).
 
 The TensorFlow guide has a table of what is "supported"; on Keras 3 it is not always true. This
 module holds small *probes*, each a few real training steps of a tiny model, so that every cell

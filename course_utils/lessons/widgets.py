@@ -1,4 +1,4 @@
-"""Pictures and the interactive batch-split explorer of notebook 01 (data parallelism).
+"""Notebook 01: pictures and the interactive batch-split explorer of data parallelism.
 
 * :func:`data_parallelism_picture`: slices of a batch, the same model on every device, gradients
   aggregated, one update, a new model.

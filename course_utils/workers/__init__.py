@@ -1,4 +1,4 @@
-"""Worker programs started by :mod:`course_utils.cluster`, one process per task.
+"""Notebooks 07 and 08: the worker programs that :mod:`course_utils.cluster` starts, one process per task.
 
 Each runs with ``python -m course_utils.workers.NAME`` and learns its place in the cluster from
 ``TF_CONFIG``:
@@ -6,9 +6,11 @@ Each runs with ``python -m course_utils.workers.NAME`` and learns its place in t
 * :mod:`.show_tf_config` - prints what its ``TF_CONFIG`` says (no TensorFlow; notebook 07);
 * :mod:`.multi_worker` - ``MultiWorkerMirroredStrategy`` training: input sharding, a custom
   loop with chief-only checkpoints and resuming, or ``Model.fit`` (notebook 07);
-* :mod:`.parameter_servers` - an in-process parameter-server cluster with
-  ``ClusterCoordinator`` (notebook 08).
+* :mod:`.ps_training` - an in-process parameter-server cluster with
+  ``ClusterCoordinator`` (notebook 08);
+* :mod:`.support_probes` - the two cluster programs of notebook 02's support matrix.
 
 :mod:`.common` holds what they share: a watchdog that ends a worker whose launcher is gone, a
-quiet TensorFlow import, and :func:`.common.report` for results the notebook reads.
+quiet TensorFlow import, :func:`.common.report` for results the notebook reads, and the small
+regression problem both notebooks train on.
 """

@@ -1,4 +1,4 @@
-"""What every worker program shares.
+"""Notebooks 07 and 08: what every worker program shares.
 
 * :func:`start` starts a watchdog thread: a worker whose launcher has gone away (the notebook
   kernel was killed) or that outlives its time limit ends itself, so no process is orphaned;
@@ -6,6 +6,7 @@
 * :func:`say` prints one line at once (the launcher shows it, prefixed by the task).
 * :func:`report` prints a machine-readable line that the launcher hides from the output and
   stores in ``TaskLog.data`` for the notebook to read.
+* :func:`make_examples` is the small regression problem both notebooks train on.
 """
 
 from __future__ import annotations
@@ -16,8 +17,13 @@ import threading
 import time
 from typing import Any, Optional
 
-from ..cluster import READY_MARKER
+import numpy as np
+
+from ..cluster.logs import READY_MARKER
 from ..processes import print_result
+
+#: The features of an example of :func:`make_examples`.
+FEATURES = 8
 
 
 def _watch(parent: int, deadline: float) -> None:
@@ -46,6 +52,7 @@ def start() -> Any:
 
 
 def say(*parts: Any) -> None:
+    """Print one line at once (the launcher shows it, after the task's name)."""
     print(*parts, flush=True)
 
 
@@ -57,6 +64,14 @@ def ready() -> None:
 def report(**data: Any) -> None:
     """Hand results to the notebook: ``report(losses=[...])`` -> ``TaskLog.data["losses"]``."""
     print_result(data)
+
+
+def make_examples(count: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed regression problem, ``y = x . w + noise``: the same in every process for a seed."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(count, FEATURES)).astype("float32")
+    w = rng.normal(size=(FEATURES, 1)).astype("float32")
+    return x, (x @ w + 0.1 * rng.normal(size=(count, 1))).astype("float32")
 
 
 def task_from_tf_config() -> tuple[Optional[str], Optional[int], dict]:

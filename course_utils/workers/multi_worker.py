@@ -1,4 +1,4 @@
-"""The worker program of notebook 07: ``MultiWorkerMirroredStrategy`` on a real cluster.
+"""Notebook 07: the worker program of ``MultiWorkerMirroredStrategy`` on a real cluster.
 
 Every task of the cluster runs this same program; ``TF_CONFIG`` tells each one who it is.
 
@@ -33,11 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from ..cluster.spec import chief_of
 from ..errors import shorten_error
-from .common import hold_still, report, say, start
+from .common import FEATURES, hold_still, make_examples, report, say, start
 
-FEATURES = 8
-EXAMPLES_SEED = 7
 MODEL_SEED = 1
 
 
@@ -46,9 +45,7 @@ MODEL_SEED = 1
 
 def is_chief(task_type: str, task_id: int, cluster: dict) -> bool:
     """The chief is the ``chief`` task when the cluster has one, else ``worker 0``."""
-    if "chief" in cluster:
-        return task_type == "chief"
-    return task_type == "worker" and task_id == 0
+    return chief_of(cluster) == f"{task_type} {task_id}"
 
 
 def write_dir(base: str, task_type: str, task_id: int, cluster: dict) -> str:
@@ -57,15 +54,6 @@ def write_dir(base: str, task_type: str, task_id: int, cluster: dict) -> str:
     if is_chief(task_type, task_id, cluster):
         return os.path.join(base, "checkpoints")
     return os.path.join(base, f"workertemp_{task_id}", "checkpoints")
-
-
-def make_examples(count: int) -> tuple[np.ndarray, np.ndarray]:
-    """A fixed regression problem: ``y = x . w + noise``, the same in every process."""
-    rng = np.random.default_rng(EXAMPLES_SEED)
-    x = rng.normal(size=(count, FEATURES)).astype("float32")
-    w = rng.normal(size=(FEATURES, 1)).astype("float32")
-    y = (x @ w + 0.1 * rng.normal(size=(count, 1))).astype("float32")
-    return x, y
 
 
 def fingerprint(variables: list) -> str:
@@ -77,6 +65,7 @@ def fingerprint(variables: list) -> str:
 
 
 def relative_files(folder: str, base: str) -> list[str]:
+    """The files below ``folder``, as paths relative to ``base``, sorted."""
     return sorted(str(p.relative_to(base)) for p in Path(folder).rglob("*") if p.is_file())
 
 
@@ -192,7 +181,7 @@ def custom_loop(tf: Any, strategy: Any, me: tuple, cluster: dict, args: argparse
     global_batch = args.per_worker_batch * strategy.num_replicas_in_sync
     base = args.checkpoint_dir
     mine = write_dir(base, task_type, task_id, cluster)
-    real = write_dir(base, *(("chief", 0) if "chief" in cluster else ("worker", 0)), cluster)
+    real = os.path.join(base, "checkpoints")  # where the chief writes (see write_dir)
 
     with strategy.scope():
         model = build_model(keras)

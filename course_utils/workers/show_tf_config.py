@@ -1,4 +1,4 @@
-"""A worker that only reads its ``TF_CONFIG`` and says what it learned (no TensorFlow).
+"""Notebook 07: a worker that only reads its ``TF_CONFIG`` and says what it learned (no TensorFlow).
 
 Every task runs this same program; the one environment variable is what makes them different.
 
@@ -16,30 +16,27 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Optional, Sequence
 
-from ..cluster import chief_of
+from ..cluster.spec import chief_of, describe_jobs
 from .common import ready, report, say, start_watchdog, task_from_tf_config
 
 
-def main(argv: object = None) -> None:
+def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m course_utils.workers.show_tf_config")
     parser.add_argument("--serve", type=float, default=0.0)
     parser.add_argument("--fail", default="")
     parser.add_argument("--child", action="store_true")
-    args = parser.parse_args(argv)  # type: ignore[arg-type]
+    args = parser.parse_args(argv)
     start_watchdog()
     kind, index, cluster = task_from_tf_config()
     if kind is None:
         say("no TF_CONFIG: a single process, not part of any cluster")
         return
-    jobs = ", ".join(
-        f"{len(addresses)} {job}{'s' if len(addresses) != 1 and job != 'ps' else ''}"
-        for job, addresses in cluster.items()
-    )
     hosts = sorted({address.rsplit(":", 1)[0] for addresses in cluster.values() for address in addresses})
     me = f"{kind} {index}"
     chief = chief_of(cluster)
-    say(f"I am {me} in a cluster of {jobs} (hosts: {', '.join(hosts)})")
+    say(f"I am {me} in a cluster of {describe_jobs(cluster)} (hosts: {', '.join(hosts)})")
     say("I am the chief: I write the checkpoints and the logs" if me == chief else f"the chief is {chief}")
     if args.fail == me:
         raise RuntimeError(f"{me} was asked to fail (--fail)")

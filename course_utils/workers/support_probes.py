@@ -1,4 +1,4 @@
-"""The two cluster programs of notebook 02's support matrix (run by :mod:`course_utils.lessons.support`).
+"""Notebook 02: the two cluster programs of its support matrix (run by :mod:`course_utils.lessons.support`).
 
 ``python -m course_utils.workers.support_probes multi_worker`` runs in each process of a real
 multi-worker cluster (its ``TF_CONFIG`` set by the launcher); ``... parameter_server N`` starts
@@ -9,7 +9,7 @@ result line (:func:`course_utils.processes.print_result`).
 from __future__ import annotations
 
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ..processes import print_result
 
@@ -21,7 +21,7 @@ def multi_worker() -> None:
     from course_utils.lessons import support
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    out = {"replicas": strategy.num_replicas_in_sync}
+    out: dict[str, Any] = {"replicas": strategy.num_replicas_in_sync}
     out["custom_loop"] = support.attempt(support.custom_loop_probe, strategy).__dict__
     out["fit"] = support.attempt(support.fit_probe, strategy).__dict__
     print_result(out)
@@ -33,48 +33,41 @@ def parameter_server(workers: int) -> None:
     tf = import_tensorflow()
     import keras
 
-    from course_utils.cluster import cluster_spec
     from course_utils.lessons import support
 
+    from .ps_training import in_process_cluster
+
     ps = 1
-    cluster = cluster_spec(workers=workers, ps=ps)
-    spec = tf.train.ClusterSpec(cluster)
-    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=workers + 1)
-    servers = [
-        tf.distribute.Server(spec, job_name="worker", task_index=i, config=config, protocol="grpc")
-        for i in range(workers)
-    ]
-    servers += [tf.distribute.Server(spec, job_name="ps", task_index=i, protocol="grpc") for i in range(ps)]
-    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
+    resolver = in_process_cluster(tf, num_workers=workers, num_ps=ps)
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
 
-    out = {"workers": workers, "ps": ps}
+    out: dict[str, Any] = {"workers": workers, "ps": ps}
     with strategy.scope():
         probe = tf.Variable(0.0)
     out["variable_type"] = type(probe).__name__
     out["variable_device"] = probe.device.replace("/replica:0", "").replace("/device:", "/")
 
-    def custom_loop():
+    def custom_loop() -> list[float]:
         with strategy.scope():
             model = support.probe_model()
             optimizer = keras.optimizers.Adam(0.01)
             optimizer.build(model.trainable_variables)
             per_example = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 
-        def dataset_fn(_):
+        def dataset_fn(_: Any) -> Any:
             return support.probe_dataset()
 
         @tf.function
-        def per_worker_dataset_fn():
+        def per_worker_dataset_fn() -> Any:
             return strategy.distribute_datasets_from_function(dataset_fn)
 
         per_worker = coordinator.create_per_worker_dataset(per_worker_dataset_fn)
         iterator = iter(per_worker)
 
         @tf.function
-        def train_step(iterator):
-            def step_fn(inputs):
+        def train_step(iterator: Any) -> Any:
+            def step_fn(inputs: Any) -> Any:
                 x, y = inputs
                 with tf.GradientTape() as tape:
                     loss = tf.nn.compute_average_loss(

@@ -1,4 +1,4 @@
-"""What the machine can do at best: the float32 matmul rate and the FLOPs of a training step."""
+"""Notebook 09: what the machine can do at best, the float32 matmul rate and the FLOPs of a training step."""
 
 from __future__ import annotations
 

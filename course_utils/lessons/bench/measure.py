@@ -1,4 +1,4 @@
-"""Measuring, each (loop, replicas) pair in a fresh process, taking turns."""
+"""Notebook 09: measuring, each (loop, replicas) pair in a fresh process, taking turns."""
 
 from __future__ import annotations
 
@@ -124,7 +124,10 @@ def _child(spec: dict[str, Any]) -> None:
 
         setup(seed=42, show_report=False)
         replicas = int(spec["replicas"])
-        config = BenchConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec["config"].items()})
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in spec["config"].items()
+        }
+        config = BenchConfig(**fields)
         threads = config.op_threads(replicas)
         if threads is not None:
             use_op_threads(threads)
@@ -194,7 +197,7 @@ def measure_many(
     for start in range(0, len(order), config.jobs):
         group = order[start : start + config.jobs]
         with tempfile.TemporaryDirectory(prefix="course-bench-") as folder:
-            specs = [
+            specs: list[dict[str, Any]] = [
                 {
                     "loop": loop,
                     "replicas": n,

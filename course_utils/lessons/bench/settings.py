@@ -1,4 +1,4 @@
-"""The benchmark's settings and what one measurement holds."""
+"""Notebook 09: the benchmark's settings and what one measurement holds."""
 
 from __future__ import annotations
 

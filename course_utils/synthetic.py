@@ -1,4 +1,4 @@
-"""Built-in stand-ins for MNIST and Fashion-MNIST, used when no real copy can be had.
+"""Notebooks 03 to 10, offline: built-in stand-ins for MNIST and Fashion-MNIST when no real copy can be had.
 
 They are generated, never downloaded: deterministic for a given seed, shaped like the real sets
 (28x28x1 ``uint8`` images, 10 named classes) and learnable. Each class has a template drawn from

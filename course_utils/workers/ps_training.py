@@ -1,4 +1,4 @@
-"""The program of notebook 08: an in-process parameter-server cluster with ``ClusterCoordinator``.
+"""Notebook 08: the program of an in-process parameter-server cluster with ``ClusterCoordinator``.
 
 As in the TensorFlow parameter-server tutorial, one process hosts the whole cluster: it starts
 ``tf.distribute.Server`` objects for the workers and the parameter servers on free ports, then
@@ -7,10 +7,10 @@ acts as the coordinator. It runs in a fresh process (started by the notebook thr
 context for good: the notebook's own kernel keeps its devices, and re-running the cell starts
 a new cluster on new ports instead of clashing with the old one.
 
-    python -m course_utils.workers.parameter_servers train      # async training, counted
-    python -m course_utils.workers.parameter_servers partition  # which ps holds which shard
-    python -m course_utils.workers.parameter_servers keras      # Model.fit: Keras 3 vs tf-keras
-    python -m course_utils.workers.parameter_servers shards     # the run of exercise shard_count
+    python -m course_utils.workers.ps_training train      # async training, counted
+    python -m course_utils.workers.ps_training partition  # which ps holds which shard
+    python -m course_utils.workers.ps_training keras      # Model.fit: Keras 3 vs tf-keras
+    python -m course_utils.workers.ps_training shards     # the run of exercise shard_count
 
 Lines that depend on timing (who ran which step, how stale an update was) start with
 ``[async, varies per run]``; everything else is the same on every run.
@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from ..cluster import pick_ports
+from ..cluster.spec import pick_ports
 from ..errors import shorten_error
-from .common import report, say, start
+from .common import FEATURES, make_examples, report, say, start
 
 VARIES = "[async, varies per run]"
-FEATURES = 8
 
 
 def in_process_cluster(tf: Any, num_workers: int, num_ps: int) -> Any:
@@ -71,11 +70,21 @@ def tf_variable(v: Any) -> Any:
     return getattr(v, "value", v) if hasattr(v, "path") else v
 
 
-def make_examples(count: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(count, FEATURES)).astype("float32")
-    w = rng.normal(size=(FEATURES, 1)).astype("float32")
-    return x, (x @ w + 0.1 * rng.normal(size=(count, 1))).astype("float32")
+def show_shards(variable: Any, detail: Callable[[Any], str] = lambda shard: "") -> list[list]:
+    """Say which rows each shard of a (partitioned) variable holds and where it lives, one line a
+    shard (``detail(shard)`` adds to the line); return ``[[first row, end row, "ps N"], ...]``."""
+    layout: list[list] = []
+    for i, shard in enumerate(shards_of(variable)):
+        start, rows, device = layout[-1][1] if layout else 0, int(shard.shape[0]), short_device(shard.device)
+        say(f"  shard {i}: rows {start}-{start + rows - 1}{detail(shard)} on {device}")
+        layout.append([start, start + rows, device])
+    return layout
+
+
+def shards_of(variable: Any) -> list[Any]:
+    """The shards of a partitioned variable (a variable that is not partitioned is one shard)."""
+    v = tf_variable(variable)
+    return list(getattr(v, "variables", [v]))
 
 
 # ----------------------------------------------------------------------------- parts
@@ -210,18 +219,9 @@ def part_partition(tf: Any) -> None:
         ("embedding (1000, 32) float32 = 125 KiB", embedding.embeddings),
         ("dense kernel (32, 4) float32 = 512 bytes", dense.kernel),
     ]:
-        v = tf_variable(variable)
-        shards = list(getattr(v, "variables", [v]))
-        say(f"{label}: {type(v).__name__} with {len(shards)} shard{'s' if len(shards) != 1 else ''}")
-        start = 0
-        layout[label.split(" ")[0]] = []
-        for i, shard in enumerate(shards):
-            rows = int(shard.shape[0])
-            say(
-                f"  shard {i}: rows {start}-{start + rows - 1} {tuple(shard.shape)} on {short_device(shard.device)}"
-            )
-            layout[label.split(" ")[0]].append([start, start + rows, short_device(shard.device)])
-            start += rows
+        count = len(shards_of(variable))
+        say(f"{label}: {type(tf_variable(variable)).__name__} with {count} shard{'s' if count != 1 else ''}")
+        layout[label.split(" ")[0]] = show_shards(variable, lambda shard: f" {tuple(shard.shape)}")
 
     # A lookup gathers rows from every shard that holds one of the ids.
     ids = tf.constant([3, 731])
@@ -236,13 +236,7 @@ def part_partition(tf: Any) -> None:
     with fixed.scope():
         small = tf.Variable(tf.zeros((10, 4)), name="small")
     say("FixedShardsPartitioner(num_shards=3) on a (10, 4) variable, 2 parameter servers:")
-    start = 0
-    layout["fixed"] = []
-    for i, shard in enumerate(small.variables):
-        rows = int(shard.shape[0])
-        say(f"  shard {i}: rows {start}-{start + rows - 1} on {short_device(shard.device)}")
-        layout["fixed"].append([start, start + rows, short_device(shard.device)])
-        start += rows
+    layout["fixed"] = show_shards(small)
     report(layout=layout, ports=cluster_ports(resolver))
 
 
@@ -252,7 +246,7 @@ def part_keras(tf: Any) -> None:
     resolver = in_process_cluster(tf, num_workers=2, num_ps=1)
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     say(f"Keras {keras.__version__}:")
-    found = {}
+    found: dict[str, Any] = {}
     try:
         keras.utils.experimental.DatasetCreator
         found["dataset_creator"] = "present"
@@ -314,25 +308,19 @@ def part_shards(tf: Any) -> None:
         for rows in (300, 1000):  # created in this order
             embedding = keras.layers.Embedding(rows, 32, name=f"embedding_{rows}")
             embedding.build((None,))
-            v = tf_variable(embedding.embeddings)
-            shards = list(getattr(v, "variables", [v]))
-            size = rows * 32 * 4 / 1024
+            count = len(shards_of(embedding.embeddings))
             say(
-                f"embedding_{rows} ({rows}, 32) float32 = {size:g} KiB: {len(shards)} shard{'s' if len(shards) != 1 else ''}"
+                f"embedding_{rows} ({rows}, 32) float32 = {rows * 32 * 4 / 1024:g} KiB: "
+                f"{count} shard{'s' if count != 1 else ''}"
             )
-            start, layout[f"embedding_{rows}"] = 0, []
-            for i, shard in enumerate(shards):
-                n = int(shard.shape[0])
-                say(
-                    f"  shard {i}: rows {start}-{start + n - 1} ({n * 32 * 4 / 1024:g} KiB) on {short_device(shard.device)}"
-                )
-                layout[f"embedding_{rows}"].append([start, start + n, short_device(shard.device)])
-                start += n
+            layout[f"embedding_{rows}"] = show_shards(
+                embedding.embeddings, lambda shard: f" ({int(shard.shape[0]) * 32 * 4 / 1024:g} KiB)"
+            )
     report(layout=layout, ports=cluster_ports(resolver))
 
 
 def main(argv: Any = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m course_utils.workers.parameter_servers")
+    parser = argparse.ArgumentParser(prog="python -m course_utils.workers.ps_training")
     parser.add_argument("part", choices=["train", "partition", "keras", "shards"])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--global-batch", type=int, default=16)

@@ -1,0 +1,502 @@
+"""Notebooks 04, 05 and 10 (and their checks): a training step on N replicas against one device.
+
+:func:`run` runs a step from given weights on a strategy (:func:`checking_strategy`: one device, or
+the course's ``MirroredStrategy`` over N virtual CPUs); :func:`factor` and :func:`mismatch` say how
+two updates differ; :func:`same_update` and :func:`check_same_update` are the capstone's check for
+any step: every replica count against one device, within a tolerance taken from the step's own float
+noise, diagnosed by probes that drive each trap into view. ``docs/capstone.md`` is its manual.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from .errors import ConfigError, ExerciseError, describe_raised
+from .runtime import import_tensorflow as _tf
+
+__all__ = ["Run", "SameUpdate", "checking_strategy", "run", "factor", "mismatch"]
+__all__ += ["same_update", "check_same_update", "sum_replicas", "flat"]
+
+#: One seed for every model the check builds, so the same step always gets the same hint.
+SEED = 0
+#: The tolerance: this many times the step's own float noise (examples reordered), at least the floor.
+NOISE_FACTOR, NOISE_FLOOR = 16.0, 1e-6
+#: Probes multiply the data loss's gradient by 0 (the penalty alone), 2^-10 (too small to clip) and
+#: 2^20 (large enough to clip), and the learning rate by 2^14 (a 1e-6 decay then moves float32 weights
+#: visibly): each trap becomes an effect of order 1, judged with a fixed tolerance.
+SMALL, LARGE, PROBE_LR, PROBE_RTOL = 2.0**-10, 2.0**20, 2.0**14, 1e-3
+
+#: ``make_step(strategy, model, optimizer, metric) -> step``: what :func:`run` calls in each run.
+Binder = Callable[[Any, Any, Any, Any], Callable[[Any], Any]]
+
+
+def checking_strategy(replicas: int = 2) -> Any:
+    """The default strategy for 1, else ``mirrored_cpus(replicas)`` (cached; ReplicaCountError says
+    what to do when TensorFlow has fewer CPU devices): the one route of every check."""
+    from .strategies import default_strategy, mirrored_cpus
+
+    if replicas == 1:
+        return default_strategy()
+    return mirrored_cpus(replicas, needed_by="The check (your step on several replicas against one device)")
+
+
+def flat(values: Sequence[Any]) -> np.ndarray:
+    """Variables or arrays concatenated into one ``float64`` vector (empty for none)."""
+    parts = [np.asarray(v.numpy() if hasattr(v, "numpy") else v, np.float64).ravel() for v in values]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def factor(actual: Any, expected: Any) -> float:
+    """``f`` that best explains ``actual`` as ``f x expected`` (least squares); nan for a zero reference."""
+    a, e = np.asarray(actual, np.float64).ravel(), np.asarray(expected, np.float64).ravel()
+    d = float(np.dot(e, e))
+    return float(np.dot(a, e) / d) if d > 0 and a.shape == e.shape else float("nan")
+
+
+def mismatch(actual: Any, expected: Any) -> float:
+    """``|actual - expected| / |expected|``: 0 for the same update (inf for another shape)."""
+    a, e = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    if a.shape != e.shape:
+        return float("inf")
+    d = float(np.linalg.norm(e))
+    return float(np.linalg.norm(a - e) / d) if d > 0 else (0.0 if not a.any() else float("inf"))
+
+
+def sum_replicas(strategy: Any, per_replica: Any) -> Any:
+    """``strategy.reduce(SUM, per_replica, axis=None)``; the first of a tuple; None stays None."""
+    if isinstance(per_replica, (tuple, list)):
+        per_replica = per_replica[0] if per_replica else None
+    return (
+        None
+        if per_replica is None
+        else strategy.reduce(_tf().distribute.ReduceOp.SUM, per_replica, axis=None)
+    )
+
+
+def distribute(strategy: Any, arrays: Sequence[Any], batch: Optional[int] = None) -> Any:
+    """``arrays`` in global batches of ``batch`` (all of them: one) as ``strategy`` splits them."""
+    tf = _tf()
+    size = int(np.shape(arrays[0])[0])
+    dataset = tf.data.Dataset.from_tensor_slices(tuple(arrays)).batch(max(batch or size, 1))
+    return strategy.experimental_distribute_dataset(dataset)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run: the loss reported at each step (None: returned nothing), the weights' change, metrics."""
+
+    replicas: int
+    losses: tuple[Optional[float], ...] = ()
+    update: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    first_update: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    metrics: tuple[float, ...] = ()
+    error: str = ""
+
+    @property
+    def loss(self) -> Optional[float]:
+        """The last reported loss (None when the step returned nothing)."""
+        return self.losses[-1] if self.losses else None
+
+
+def _scalar(value: Any) -> Optional[float]:
+    array = np.asarray(value.numpy() if hasattr(value, "numpy") else np.nan if value is None else value)
+    if array.size != 1:
+        raise ExerciseError(f"The loss your step returns should be one number, not of shape {array.shape}.")
+    return None if value is None else float(array.reshape(-1)[0])
+
+
+def _results(metric: Any) -> tuple[float, ...]:
+    metrics = metric if isinstance(metric, (list, tuple)) else [] if metric is None else [metric]
+    values = [np.asarray(_tf().nest.flatten(m.result()), np.float64) for m in metrics]
+    return tuple(float(v) for array in values for v in array.ravel())
+
+
+def _amplify(model: Any, scale: float) -> None:
+    """Multiply every gradient that flows back through the model's outputs by ``scale`` (the data
+    loss's; a penalty on the weights does not flow through them); the forward pass is unchanged."""
+    tf = _tf()
+
+    @tf.custom_gradient
+    def amplified(x: Any) -> Any:
+        return tf.identity(x), lambda dy: dy * tf.cast(scale, dy.dtype)
+
+    call = model.call
+    model.call = lambda *args, **kwargs: tf.nest.map_structure(amplified, call(*args, **kwargs))
+
+
+def _built(model: Any, example: Any) -> Any:
+    if not model.weights:  # a subclassed model gets its weights on its first call (Keras 3)
+        model(np.asarray(example[:1]))
+    if not model.trainable_variables:
+        raise ConfigError("make_model() built a model without trainable weights: nothing to compare.")
+    return model
+
+
+def run(
+    strategy: Any,
+    make_step: Binder,
+    data: Sequence[Any],
+    *,
+    batch: Optional[int] = None,
+    make_model: Callable[[], Any],
+    weights: Sequence[np.ndarray],
+    make_optimizer: Optional[Callable[[], Any]] = None,
+    make_metric: Optional[Callable[[], Any]] = None,
+    distributed: bool = False,
+    build_optimizer: bool = True,
+    scale: Optional[float] = None,
+    lr_scale: float = 1.0,
+    seed: Optional[int] = None,
+) -> Run:
+    """One step per global batch of ``batch`` examples of ``data`` (all: one) under ``strategy``;
+    errors propagate. Model (from ``weights``), optimizer (``SGD(0.1)``; built in the scope,
+    keras-team/keras#23085) and metric are made in the scope; ``make_step(...)`` is run by
+    ``strategy.run`` and summed in a ``tf.function`` (``distributed=True``: it takes the distributed
+    batch). ``scale``/``lr_scale`` multiply the data loss's gradients / the learning rate (probes)."""
+    import keras
+
+    tf = _tf()
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    with strategy.scope():
+        model = _built(make_model(), data[0])
+        model.set_weights(list(weights))
+        optimizer = make_optimizer() if make_optimizer else keras.optimizers.SGD(0.1)
+        if build_optimizer:
+            optimizer.build(model.trainable_variables)
+        metric = make_metric() if make_metric else None
+    if lr_scale != 1.0:
+        optimizer.learning_rate.assign(optimizer.learning_rate.numpy() * lr_scale)
+    if scale is not None:
+        _amplify(model, scale)
+    step = make_step(strategy, model, optimizer, metric)
+    if not distributed:
+        replica_step = step
+
+        @tf.function
+        def step(inputs: Any) -> Any:
+            return sum_replicas(strategy, strategy.run(replica_step, args=(inputs,)))
+
+    before = flat(model.trainable_variables)
+    losses: list[Optional[float]] = []
+    first = None
+    for inputs in distribute(strategy, data, batch):
+        losses.append(_scalar(step(inputs)))
+        first = flat(model.trainable_variables) - before if first is None else first
+    update = flat(model.trainable_variables) - before
+    return Run(int(strategy.num_replicas_in_sync), tuple(losses), update, first, _results(metric))
+
+
+# --------------------------------------------------------------------------- the same-update check
+
+#: Every diagnosis, one line each (``docs/capstone.md`` has the table); ``{on}`` is "on N replicas".
+HINTS = {
+    "raised_one": "on one device the step raised {error}; make it run on one device first",
+    "no_training": "the step does not train: on one device the weights did not move (does it apply the gradients of its loss?)",
+    "weights_ignored": "sample weights ignored: on one replica, setting half of them to 0 changes nothing; pass sample_weight= to the per-example loss before averaging over the global batch",
+    "raised": "{on} the step raised {error}",
+    "per_replica": " (it ran on one): a per-replica value from strategy.run was used outside it, such as a metric updated outside the replicas; update metrics inside the replica step",
+    "summed_twice": "{on} the penalty's and the data loss's parts of the update are both {f:.2f}x: the gradients are summed twice (all-reduced by hand, then by apply_gradients) or every replica adds the whole loss; each replica's loss must be its share",
+    "extra_penalty": "{on} your step adds a penalty that the one-device step does not have",
+    "no_penalty": "{on} the penalty is missing (its part of the update is 0.00x): add the model's regularization losses, sum(model.losses)",
+    "penalty_every_replica": "{on} the penalty is added on every replica (its part of the update is {f:.2f}x, measured with the data loss's gradient set to 0): scale it with tf.nn.scale_regularization_loss",
+    "penalty": "{on} the penalty's part of the update is {f:.2f}x one device's (mismatch {m:.1e})",
+    "local_mean": "{on} the data loss's part of the update is {f:.2f}x: each replica averages over its own examples; divide by the global batch with tf.nn.compute_average_loss(..., global_batch_size=...)",
+    "local_normalizer": "{on} the data loss's part of the update is {f:.2f}x (mismatch {m:.1e}): each replica normalizes its loss by something of its own (its batch size, its sum of sample weights?), not the global batch's",
+    "not_clipped": "{on} the gradients are not clipped as on one device: with gradients large enough to clip, the update is {f:.1e}x one device's",
+    "clipped": "{on} the gradients are clipped where one device does not clip: with gradients large enough to clip, the update is {f:.1e}x one device's",
+    "clip_per_replica": "{on} with gradients large enough to clip, the update is {f:.2f}x one device's (mismatch {m:.1e}) while the penalty's and the data loss's parts match: {where}; clip by the norm of the all-reduced gradient (tf.distribute.get_replica_context().all_reduce) instead",
+    "optimizer_clips": "your optimizer's {clipping} clips each replica's gradient inside apply_gradients, before the all-reduce",
+    "step_clips": "each replica clips its own gradient before the all-reduce (tf.clip_by_global_norm in the replica step?)",
+    "weights": "{on} the weights moved {f:.2f}x as far as on one device at the first step (mismatch {m:.1e})",
+    "weights_n": "{on} the weights moved {f:.2f}x as far as on one device at the first step: every gradient is {n}x; each replica's loss must be its share",
+    "loss_n": "{on} the weights match but the reported loss is {f:.2f}x one device's (its MEAN reading matches): each replica returns a whole loss (a per-replica mean, or the global loss), not its share, so their SUM is too big",
+    "loss_1_n": "{on} the weights match but the reported loss is {f:.2f}x (1/{n}) one device's: the replicas' shares were averaged (ReduceOp.MEAN); add them with strategy.reduce(ReduceOp.SUM, ...)",
+    "loss": "{on} the weights match but the reported loss is {got:.6g}, not {want:.6g}: the loss you return is not the loss you differentiate (does it leave out the sample weights or the penalty?)",
+    "metric_share": "{on} the metric reads {got}, not {want}, although the weights and the loss match: it is fed each replica's share of the loss (already divided by the global batch); feed it per-example values",
+    "metric": "{on} the metric reads {got}, not {want}, although the weights and the loss match: it does not count every replica's examples and sample weights as one device does; update it inside the replica step with that replica's labels, predictions and sample weights",
+}
+
+
+def _binder(factory: Callable[..., Any], distributed: bool, g: int) -> Binder:
+    """Any factory form: ``(model, optimizer, metric, g)``, with a ``strategy`` parameter (first or
+    by name), or ``distributed=True``: ``(strategy, model, optimizer, metric, g)``."""
+    try:
+        names = list(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):
+        names = []
+
+    def bind(strategy: Any, model: Any, optimizer: Any, metric: Any) -> Callable[[Any], Any]:
+        if distributed or names[:1] == ["strategy"]:
+            return factory(strategy, model, optimizer, metric, g)
+        extra = {"strategy": strategy} if "strategy" in names else {}
+        return factory(model, optimizer, metric, g, **extra)
+
+    return bind
+
+
+def _rel(a: Optional[float], b: Optional[float]) -> float:
+    return 0.0 if a is None or b is None else abs(a - b) / max(abs(b), 1e-3)
+
+
+def _near(value: float, target: float, rel: float = 0.02) -> bool:
+    return bool(np.isfinite(value) and abs(value - target) <= rel * max(abs(target), 1e-3))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One replica count against the baseline, judged within the check's tolerance."""
+
+    replicas: int
+    run: Run
+    weight_factor: float
+    weight_mismatch: float
+    weights_same: bool
+    loss_same: bool
+    metric_same: bool
+
+    @property
+    def same(self) -> bool:
+        return self.weights_same and self.loss_same and self.metric_same
+
+
+def _compare(n: int, run: Run, base: Run, tol: float) -> Comparison:
+    m, ok = mismatch(run.update, base.update), not run.error
+    pairs = list(zip(run.metrics, base.metrics))
+    metrics = ok and len(run.metrics) == len(base.metrics) and all(_rel(a, b) <= tol for a, b in pairs)
+    loss = ok and _rel(run.loss, base.loss) <= tol
+    return Comparison(n, run, factor(run.update, base.update), m, ok and m <= tol, loss, metrics)
+
+
+def _row(name: str, run: Run, weights: str, flag: str = "") -> str:
+    if run.error:
+        return f"{name:>8}  raised {run.error}"
+    loss = "-" if run.loss is None else f"{run.loss:.5f}"
+    return f"{name:>8}  {weights}      {loss}  {' '.join(f'{m:.4f}' for m in run.metrics) or '-'}{flag}"
+
+
+@dataclass
+class SameUpdate:
+    """What :func:`same_update` measured: each run and comparison, the tolerance, the diagnosis."""
+
+    baseline: Run
+    runs: dict[int, Run]
+    comparisons: dict[int, Comparison]
+    problems: list[str]
+    compared_with: str = "your step on 1 replica"
+    tolerance: float = NOISE_FLOOR
+    noise: float = 0.0
+
+    @property
+    def ok(self) -> bool:  # every replica count gave the baseline's update, loss and metrics
+        return not self.problems
+
+    @property
+    def hint(self) -> str:  # the diagnosis in one line ("" when everything matches)
+        return "; also ".join(self.problems)
+
+    def table(self) -> str:
+        """One line per replica count: weight factor and mismatch (under the tolerance: its order of
+        magnitude, which float noise does not move), last loss, metrics."""
+        bound = f"< {10 ** np.ceil(np.log10(self.tolerance)):.0e}"
+        lines = [
+            f"compared with {self.compared_with} (the same: within {NOISE_FACTOR:g} x the step's own "
+            f"float noise, at least {NOISE_FLOOR:.0e}):",
+            "replicas  weights (factor, mismatch)  loss      metric",
+        ]
+        for n, c in sorted(self.comparisons.items()):
+            off = bound if c.weights_same else f"{c.weight_mismatch:.1e}"
+            lines.append(
+                _row(
+                    str(n),
+                    c.run,
+                    f"{c.weight_factor:6.3f}x  {off:>9}",
+                    f"  {'same' if c.same else 'DIFFERS'}",
+                )
+            )
+        lines.append(_row("baseline", self.baseline, f"{'1.000x':>7}  {'0':>9}"))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+@dataclass
+class _Check:
+    """What every run of one check shares; runs are cached by (step, replicas, probe, tag)."""
+
+    steps: dict[str, tuple[Binder, bool]]  # "port" / "base" -> (make_step, distributed)
+    options: dict[str, Any]
+    data: list[np.ndarray]
+    cache: dict[tuple, Run] = field(default_factory=dict)
+
+    def run(self, which: str, n: int, scale: Optional[float] = None, data: Any = None, tag: str = "") -> Run:
+        if which == "base" and self.steps["base"] is self.steps["port"]:
+            which = "port"  # no reference: the baseline is the step itself on one replica
+        key = (which, n, scale, tag)
+        if key not in self.cache:
+            make_step, distributed = self.steps[which]
+            probe = {} if scale is None else {"scale": scale, "lr_scale": PROBE_LR}
+            data = data or ([c[: self.options["batch"]] for c in self.data] if probe else self.data)
+            try:
+                strategy = checking_strategy(n)
+                self.cache[key] = run(
+                    strategy, make_step, data, distributed=distributed, **self.options, **probe
+                )
+            except (ExerciseError, ConfigError):
+                raise
+            except Exception as error:  # the step failed: a finding, not a crash ...
+                placeholder = not str(error) or str(error).startswith("Exercise")
+                if isinstance(error, NotImplementedError) and placeholder:
+                    raise  # ... but an unfinished exercise's placeholder: its check says so
+                self.cache[key] = Run(n, error=describe_raised(error))
+        return self.cache[key]
+
+
+def _probe(check: _Check, n: int, clipping: str) -> str:
+    """Drive each trap into view on ``n`` replicas: the diagnosis, or "" when every probe matches."""
+    runs = {(w, s): check.run(w, m, s) for w, m in (("port", n), ("base", 1)) for s in (0, SMALL, LARGE)}
+    if any(r.error for r in runs.values()):
+        return ""
+    got = {key: r.first_update for key, r in runs.items()}
+    pen_n, pen_1 = got["port", 0], got["base", 0]
+    dat_n, dat_1 = (got["port", SMALL] - pen_n) / SMALL, (got["base", SMALL] - pen_1) / SMALL
+    on = f"on {n} replica{'s' * (n != 1)}"
+    pen = dict(on=on, n=n, f=factor(pen_n, pen_1), m=mismatch(pen_n, pen_1))
+    dat = dict(on=on, n=n, f=factor(dat_n, dat_1), m=mismatch(dat_n, dat_1))
+    big_n, big_1 = got["port", LARGE], got["base", LARGE]
+    big = dict(on=on, f=factor(big_n, big_1), m=mismatch(big_n, big_1))
+    pen_n_x, dat_n_x = n > 1 and _near(pen["f"], n), n > 1 and _near(dat["f"], n)
+    if pen["m"] > PROBE_RTOL and dat["m"] > PROBE_RTOL and pen_n_x and dat_n_x:
+        return HINTS["summed_twice"].format(**pen)
+    if pen["m"] > PROBE_RTOL:
+        key = "no_penalty" if _near(pen["f"], 0, 0.05) else "penalty_every_replica" if pen_n_x else "penalty"
+        return HINTS[key if pen_1.any() else "extra_penalty"].format(**pen)
+    if dat["m"] > PROBE_RTOL:
+        return HINTS["local_mean" if dat_n_x else "local_normalizer"].format(**dat)
+    if big["m"] <= PROBE_RTOL:
+        return ""
+    if not 0.1 < big["f"] < 10:
+        return HINTS["not_clipped" if big["f"] >= 10 else "clipped"].format(**big)
+    where = HINTS["optimizer_clips"].format(clipping=clipping) if clipping else HINTS["step_clips"]
+    return HINTS["clip_per_replica"].format(where=where, **big)
+
+
+def _loss_or_metric(n: int, c: Comparison, base: Run) -> str:
+    on = f"on {n} replica{'s' * (n != 1)}"
+    if not c.loss_same:
+        f = c.run.loss / base.loss if c.run.loss is not None and base.loss else float("nan")
+        key = "loss_n" if n > 1 and _near(f, n) else "loss_1_n" if n > 1 and _near(f, 1 / n) else "loss"
+        return HINTS[key].format(on=on, n=n, f=f, got=c.run.loss, want=base.loss)
+    pairs = [(a, b) for a, b in zip(c.run.metrics, base.metrics) if b]
+    share = n > 1 and pairs and all(_near(a, b / n) for a, b in pairs)
+    got, want = (", ".join(f"{m:.6g}" for m in r.metrics) for r in (c.run, base))
+    return HINTS["metric_share" if share else "metric"].format(on=on, got=got, want=want)
+
+
+def _diagnose(check: _Check, result: SameUpdate, probe: int, clipping: str, weighted: bool) -> str:
+    """The weights on every replica count first (errors, probes, the first step's factor), then the
+    reported loss, then the metrics: one finding, on the smallest replica count that shows it."""
+    base, comparisons = result.baseline, sorted(result.comparisons.items())
+    if base.error:
+        return HINTS["raised_one"].format(error=base.error)
+    if not base.update.any():
+        return HINTS["no_training"]
+    one = result.runs.get(1)
+    if weighted and one is not None and not one.error:
+        x, y, w = (c[: check.options["batch"]] for c in check.data)
+        half_zero = np.where(np.arange(len(w)) % 2, w, 0).astype(np.float32)
+        half = check.run("port", 1, data=[x, y, half_zero], tag="half")
+        if not half.error and mismatch(half.update, one.first_update) <= NOISE_FLOOR:
+            return HINTS["weights_ignored"]
+    for n, c in comparisons:
+        if c.run.error:
+            why = HINTS["raised"].format(on=f"on {n} replica{'s' * (n != 1)}", error=c.run.error)
+            return why + HINTS["per_replica"] * ("PerReplica" in c.run.error)
+    for n in sorted({probe} | {n for n, c in comparisons if not c.weights_same}):
+        found = _probe(check, n, clipping)
+        if found:
+            return found
+    for n, c in comparisons:
+        if not c.weights_same:
+            f = factor(c.run.first_update, base.first_update)
+            key = "weights_n" if n > 1 and _near(f, n, 0.005) else "weights"
+            return HINTS[key].format(on=f"on {n} replica{'s' * (n != 1)}", n=n, f=f, m=c.weight_mismatch)
+    return next((_loss_or_metric(n, c, base) for n, c in comparisons if not c.same), "")
+
+
+def _clipping(make_optimizer: Optional[Callable[[], Any]]) -> str:
+    """``"global_clipnorm=1.0"`` when the optimizer clips (a hint names it), else ""."""
+    optimizer = make_optimizer() if make_optimizer else None
+    found = [(k, getattr(optimizer, k, None)) for k in ("clipnorm", "global_clipnorm", "clipvalue")]
+    return ", ".join(f"{k}={v}" for k, v in found if v)
+
+
+def same_update(
+    make_train_step: Callable[..., Any],
+    features: Any,
+    labels: Any,
+    sample_weight: Any = None,
+    *,
+    make_model: Callable[[], Any],
+    make_optimizer: Optional[Callable[[], Any]] = None,
+    make_metric: Optional[Callable[[], Any]] = None,
+    global_batch_size: Optional[int] = None,
+    steps: int = 2,
+    replicas: Sequence[int] = (1, 2, 4),
+    distributed: bool = False,
+    reference: Optional[Callable[..., Any]] = None,
+) -> SameUpdate:
+    """Run ``make_train_step`` for ``steps`` steps on each replica count and compare with one device.
+
+    ``docs/capstone.md`` gives the contract. Returns a :class:`SameUpdate`; it never raises for a
+    wrong step (see ``.hint``), only for a call it cannot run (:class:`ConfigError`)."""
+    import keras
+
+    counts = sorted({int(n) for n in replicas})
+    g = global_batch_size or len(labels) // max(steps, 1)
+    if not counts or min(counts + [steps, g]) < 1 or g * steps > len(labels) or any(g % n for n in counts):
+        raise ConfigError(
+            f"same_update needs replica counts >= 1, steps x global batch <= {len(labels)} examples and a "
+            f"global batch that every replica count {counts} divides; got {steps} steps of {g}."
+        )
+    weights = [] if sample_weight is None else [np.asarray(sample_weight, np.float32)]
+    data = [np.asarray(c)[: g * steps] for c in [features, labels, *weights]]
+    keras.utils.set_random_seed(SEED)
+    start = [np.array(w) for w in _built(make_model(), data[0]).get_weights()]
+    options = dict(batch=g, make_model=make_model, weights=start, make_optimizer=make_optimizer, seed=SEED)
+    port = (_binder(make_train_step, distributed, g), distributed)
+    base = (_binder(reference, False, g), False) if reference else port
+    check = _Check({"port": port, "base": base}, dict(options, make_metric=make_metric), data)
+    runs = {n: check.run("port", n) for n in counts}
+    baseline = check.run("base", 1)
+    order = np.concatenate([i * g + np.random.default_rng(SEED).permutation(g) for i in range(steps)])
+    shuffled = check.run("base", 1, data=[c[order] for c in data], tag="noise")
+    pairs = zip(shuffled.losses + shuffled.metrics, baseline.losses + baseline.metrics)
+    noise = max([mismatch(shuffled.update, baseline.update)] + [_rel(a, b) for a, b in pairs])
+    tolerance = max(NOISE_FACTOR * (0.0 if baseline.error or shuffled.error else noise), NOISE_FLOOR)
+    compared = {n: r for n, r in runs.items() if reference or n != 1}
+    comparisons = (
+        {} if baseline.error else {n: _compare(n, r, baseline, tolerance) for n, r in compared.items()}
+    )
+    described = "your reference step on one device" if reference else "your step on 1 replica"
+    result = SameUpdate(baseline, runs, comparisons, [], described, tolerance, noise)
+    probe = ([n for n in counts if n > 1] or [1])[0]
+    hint = _diagnose(check, result, probe, _clipping(make_optimizer), sample_weight is not None)
+    result.problems = [hint] if hint else []
+    return result
+
+
+def check_same_update(*args: Any, **kwargs: Any) -> SameUpdate:
+    """:func:`same_update`, then raise :class:`ExerciseError` with its one-line hint when any
+    replica count differs from one device. Prints one line when everything matches."""
+    result = same_update(*args, **kwargs)
+    if not result.ok:
+        raise ExerciseError(f"Not the same update: {result.hint}.")
+    counts = ", ".join(str(n) for n in sorted(result.runs))
+    print(f"[same update] weights, loss and metric match on {counts} replicas ({result.compared_with}).")
+    return result

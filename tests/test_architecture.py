@@ -1,0 +1,178 @@
+"""The shape of the two packages: who may import whom, no circles, no private names across modules.
+
+``course_utils`` is what a notebook cell imports; ``course_tools`` is what instructors and graders run
+from a shell. The tools import ``course_utils``, never the reverse. The import graph is read from the
+source (imports inside functions included), so a circle hidden in a function body is still a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("course_utils", "course_tools")
+#: The one module of course_utils that names the tools: ``python -m course_utils.grade`` runs
+#: ``course_tools.grade`` by name (runpy), for graders' existing scripts. It imports nothing of the tools.
+SHIM = "course_utils.grade"
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, list[str], int]]:
+    """(module imported, names taken from it, line) for every import statement, anywhere in the file."""
+    is_package = path.name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, [], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            out.append((target, [alias.name for alias in node.names], node.lineno))
+    return out
+
+
+def _reexports() -> dict[tuple[str, str], str]:
+    """(package, name) -> the submodule a package's ``__init__`` takes that name from."""
+    found = {}
+    for name, path in MODULES.items():
+        if path.name == "__init__.py":
+            for target, names, _ in _imports(name, path):
+                if _is_ancestor(name, target):
+                    found.update({(name, n): target for n in names})
+    return found
+
+
+def _edges() -> dict[str, set[str]]:
+    """Module -> the modules of both packages it imports.
+
+    ``from pkg import module`` counts as the module, and ``from pkg import Name``, where the package's
+    ``__init__`` re-exports ``Name`` from a submodule, counts as that submodule: a module that takes
+    ``LocalCluster`` from its own package is in a circle with the module that defines it.
+    """
+    reexports = _reexports()
+    graph: dict[str, set[str]] = {name: set() for name in MODULES}
+    for name, path in MODULES.items():
+        for target, names, _ in _imports(name, path):
+            if target.split(".")[0] not in PACKAGES:
+                continue
+            hits = set()
+            for n in names:
+                if f"{target}.{n}" in MODULES:
+                    hits.add(f"{target}.{n}")
+                elif (target, n) in reexports and not (
+                    MODULES[name].name == "__init__.py" and target == name
+                ):
+                    hits.add(reexports[(target, n)])
+                elif target in MODULES:
+                    hits.add(target)
+            graph[name] |= {h for h in hits if h in MODULES and h != name and not _is_ancestor(h, name)}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _is_ancestor(package: str, module: str) -> bool:
+    return module.startswith(package + ".")
+
+
+def test_no_import_circles() -> None:
+    assert _circles(_edges()) == []
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_course_utils_never_imports_the_tools() -> None:
+    offenders = [
+        f"{name}:{line} imports {target}"
+        for name, path in MODULES.items()
+        if name.startswith("course_utils")
+        for target, _, line in _imports(name, path)
+        if target.split(".")[0] == "course_tools"
+    ]
+    assert offenders == []
+    shim = MODULES[SHIM].read_text()
+    assert 'runpy.run_module("course_tools.grade"' in shim
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    offenders = [
+        f"{name}:{line} takes {n} from {target}"
+        for name, path in MODULES.items()
+        for target, names, line in _imports(name, path)
+        if target.split(".")[0] in PACKAGES
+        for n in names
+        if n.startswith("_") and not n.startswith("__")
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith("course_utils")))
+def test_every_module_says_where_it_is_taught(name: str) -> None:
+    doc = ast.get_docstring(ast.parse(MODULES[name].read_text())) or ""
+    first = doc.strip().splitlines()[0] if doc.strip() else ""
+    assert first.startswith(("Notebook", "Every notebook", "``python -m course_utils.grade``")), (
+        f"{name}: the docstring's first line should name the notebook that teaches with it, not {first!r}"
+    )
+
+
+def test_the_core_is_small() -> None:
+    """The top-level modules of course_utils (the core) and the whole package, in lines."""
+    core = sum(len(p.read_text().splitlines()) for p in (ROOT / "course_utils").glob("*.py"))
+    whole = sum(len(p.read_text().splitlines()) for p in (ROOT / "course_utils").rglob("*.py"))
+    assert core <= 3000, f"the core of course_utils is {core} lines"
+    assert whole <= 11000, f"course_utils is {whole} lines"
