@@ -329,7 +329,7 @@ def check_factor() -> list[Row]:
     step = reference.run_train_step(strategy, reference.tutorial_train_step, weights, images, labels)
     single = reference.reference_step(weights, images, labels)
     factor = reference.factor(step.update, single.update)
-    loss_factor = step.loss / single.loss if single.loss else float("nan")
+    loss_factor = step.loss / single.loss if step.loss is not None and single.loss else float("nan")
     same = reference.same(step.update, single.update) and abs(loss_factor - 1) < 1e-3
     detail = (
         f"update on {step.replicas} replicas = {factor:.2f}x the single-device update, loss "

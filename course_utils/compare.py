@@ -183,12 +183,18 @@ def run(
 
     before = flat(model.trainable_variables)
     losses: list[Optional[float]] = []
-    first = None
+    first: Optional[np.ndarray] = None
     for inputs in distribute(strategy, data, batch):
         losses.append(_scalar(step(inputs)))
         first = flat(model.trainable_variables) - before if first is None else first
     update = flat(model.trainable_variables) - before
-    return Run(int(strategy.num_replicas_in_sync), tuple(losses), update, first, _results(metric))
+    return Run(
+        int(strategy.num_replicas_in_sync),
+        tuple(losses),
+        update,
+        update if first is None else first,
+        _results(metric),
+    )
 
 
 # --------------------------------------------------------------------------- the same-update check
@@ -340,7 +346,7 @@ class _Check:
         key = (which, n, scale, tag)
         if key not in self.cache:
             make_step, distributed = self.steps[which]
-            probe = {} if scale is None else {"scale": scale, "lr_scale": PROBE_LR}
+            probe: dict[str, Any] = {} if scale is None else {"scale": scale, "lr_scale": PROBE_LR}
             data = data or ([c[: self.options["batch"]] for c in self.data] if probe else self.data)
             try:
                 strategy = checking_strategy(n)
@@ -366,10 +372,10 @@ def _probe(check: _Check, n: int, clipping: str) -> str:
     pen_n, pen_1 = got["port", 0], got["base", 0]
     dat_n, dat_1 = (got["port", SMALL] - pen_n) / SMALL, (got["base", SMALL] - pen_1) / SMALL
     on = f"on {n} replica{'s' * (n != 1)}"
-    pen = dict(on=on, n=n, f=factor(pen_n, pen_1), m=mismatch(pen_n, pen_1))
-    dat = dict(on=on, n=n, f=factor(dat_n, dat_1), m=mismatch(dat_n, dat_1))
+    pen: dict[str, Any] = dict(on=on, n=n, f=factor(pen_n, pen_1), m=mismatch(pen_n, pen_1))
+    dat: dict[str, Any] = dict(on=on, n=n, f=factor(dat_n, dat_1), m=mismatch(dat_n, dat_1))
     big_n, big_1 = got["port", LARGE], got["base", LARGE]
-    big = dict(on=on, f=factor(big_n, big_1), m=mismatch(big_n, big_1))
+    big: dict[str, Any] = dict(on=on, f=factor(big_n, big_1), m=mismatch(big_n, big_1))
     pen_n_x, dat_n_x = n > 1 and _near(pen["f"], n), n > 1 and _near(dat["f"], n)
     if pen["m"] > PROBE_RTOL and dat["m"] > PROBE_RTOL and pen_n_x and dat_n_x:
         return HINTS["summed_twice"].format(**pen)

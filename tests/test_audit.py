@@ -49,6 +49,10 @@ TRICKS = {
         "from course_utils.models import tutorial_train_step",
         "imports `tutorial_train_step`",
     ),
+    "the grader": (
+        "from course_tools.grading import verdict",
+        "imports `course_tools.grading`, where the course's checks and answers live",
+    ),
     "ctypes": ("import ctypes", "imports `ctypes`"),
     "mock": ("from unittest import mock", "imports `unittest`"),
     "IPython hooks": ("get_ipython().events.register('post_run_cell', print)", "calls `get_ipython()`"),

@@ -175,7 +175,9 @@ def _findings(tree: ast.AST, modules: frozenset[str]) -> Iterator[tuple[int, str
         line = getattr(node, "lineno", 0)
         for name in _imported_modules(node):
             parts = name.split(".")
-            if parts[0] == "course_utils" and PROTECTED_MODULES & set(parts[1:]):
+            if parts[0] == "course_tools" or (
+                parts[0] == "course_utils" and PROTECTED_MODULES & set(parts[1:])
+            ):
                 yield line, f"imports `{name}`, where the course's checks and answers live"
             elif parts[0] in BACK_DOOR_MODULES or name == "unittest.mock":
                 yield line, f"imports `{name}`"

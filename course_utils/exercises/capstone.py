@@ -183,7 +183,7 @@ def check_capstone_clip(capstone_clip: Callable[[list, float], Any]) -> None:
         shares = [np.array([0.6, 0.0, 0.2], np.float32), np.array([0.5, 0.3, 0.0], np.float32)]
         big = [np.array([3.0, -1.0, 0.0], np.float32), np.array([0.0, 2.0, 1.0], np.float32)]
         for case, clip_norm in ((shares, 1.0), (big, 1.0), (shares, 5.0)):
-            total = sum(case)
+            total = np.sum(case, axis=0)
             want, _ = tf.clip_by_global_norm([tf.constant(total)], clip_norm)
             want = want[0].numpy()
             one = np.asarray(capstone_clip([tf.constant(total)], clip_norm)[0])

@@ -99,7 +99,7 @@ def padded(images: np.ndarray, labels: np.ndarray, real: int) -> tuple[np.ndarra
 # --------------------------------------------------------------------------- adam_update_factor
 
 
-def _adam_step(strategy: Any, make_train_step: ref.TrainStepFactory) -> np.ndarray:
+def _adam_step(strategy: Any, make_train_step: Callable[..., Any]) -> np.ndarray:
     images, labels = ref.check_batch(ref.CHECK_BATCH)
     result = ref.run_train_step(
         strategy,

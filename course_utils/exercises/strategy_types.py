@@ -187,7 +187,7 @@ REDUCE_SHARDS: tuple[tuple[float, ...], ...] = ((1.0, 2.0, 3.0), (2.0,))
 REDUCE_GLOBAL_BATCH = 4
 
 
-def reduce_outcomes() -> dict[str, float]:
+def reduce_outcomes() -> dict[str, Any]:
     """Run ``reduce_prediction`` on 2 replicas: each replica's ``compute_average_loss`` of its
     losses, then ``strategy.reduce`` with SUM and with MEAN; and the loss of one device."""
     import tensorflow as tf

@@ -105,7 +105,7 @@ def update_factor(
     reference_builder = make_reference_model or make_model
     weights = [np.asarray(w) for w in reference_builder().get_weights()]
     data = [np.concatenate([np.asarray(column)] * steps) for column in batch]
-    options = dict(batch=len(batch[0]), weights=weights, make_optimizer=make_optimizer)
+    options: dict[str, Any] = dict(batch=len(batch[0]), weights=weights, make_optimizer=make_optimizer)
 
     def per_replica(step: Step) -> compare.Binder:
         return lambda strategy, model, optimizer, metric: lambda inputs: step(model, optimizer, *inputs)

@@ -280,7 +280,7 @@ def render_matrix(rows: Sequence[Row]) -> str:
     the way that works instead. Identical notes share one number.
     """
     notes: list[str] = []
-    table = [("strategy", "Model.fit", "custom loop (Adam)")]
+    table: list[tuple[str, ...]] = [("strategy", "Model.fit", "custom loop (Adam)")]
     for row in rows:
         cells = []
         explained = False
