@@ -9,14 +9,22 @@ from course_utils.exercises import tpu_and_hardware_detection as ex
 # --------------------------------------------------------------------------- choose_hardware
 
 
-def right_chain(find_tpu, list_devices):
-    try:
-        find_tpu()
-        return "tpu"
-    except Exception:
-        pass
-    gpus = len(list_devices("GPU"))
-    return "multi_gpu" if gpus > 1 else "one_gpu" if gpus == 1 else "cpu"
+def chain(caught: type = Exception):
+    """The fallback chain, catching ``caught`` when looking for a TPU (the right answer: Exception)."""
+
+    def choose(find_tpu, list_devices):
+        try:
+            find_tpu()
+            return "tpu"
+        except caught:
+            pass
+        gpus = len(list_devices("GPU"))
+        return "multi_gpu" if gpus > 1 else "one_gpu" if gpus == 1 else "cpu"
+
+    return choose
+
+
+right_chain = chain()
 
 
 def test_choose_hardware(capsys) -> None:
@@ -25,14 +33,7 @@ def test_choose_hardware(capsys) -> None:
 
 
 def test_choose_hardware_catching_only_value_error() -> None:
-    def only_value_error(find_tpu, list_devices):  # the old tutorial code: except ValueError
-        try:
-            find_tpu()
-            return "tpu"
-        except ValueError:
-            pass
-        gpus = len(list_devices("GPU"))
-        return "multi_gpu" if gpus > 1 else "one_gpu" if gpus == 1 else "cpu"
+    only_value_error = chain(ValueError)  # the old tutorial code: except ValueError
 
     fails_with(
         ex.check_choose_hardware,

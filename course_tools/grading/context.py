@@ -189,9 +189,12 @@ def needed_names(tree: ast.Module, source: str) -> set[str]:
                 if node.value is not None:
                     use(node.value)
                 bind(node.target)
-            elif isinstance(node, (ast.For, ast.AsyncFor)):
-                use(node.iter)
-                bind(node.target)
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.If, ast.While)):
+                if isinstance(node, (ast.For, ast.AsyncFor)):
+                    use(node.iter)
+                    bind(node.target)
+                else:
+                    use(node.test)
                 walk(node.body)
                 walk(node.orelse)
             elif isinstance(node, (ast.With, ast.AsyncWith)):
@@ -200,10 +203,6 @@ def needed_names(tree: ast.Module, source: str) -> set[str]:
                     if item.optional_vars is not None:
                         bind(item.optional_vars)
                 walk(node.body)
-            elif isinstance(node, (ast.If, ast.While)):
-                use(node.test)
-                walk(node.body)
-                walk(node.orelse)
             elif isinstance(node, ast.Try):
                 walk(node.body)
                 for handler in node.handlers:

@@ -250,9 +250,8 @@ def check_clip_after_sum(clip_summed_gradients: Callable[[Any, float], Any]) -> 
             if scaled and _near(result.factor, 1 / n, 1e-2):
                 expect(
                     False,
-                    f"{found} The replicas' gradients were averaged (ReduceOp.MEAN), not summed: one "
-                    "device's gradient is the SUM of the replicas' gradients (each is already divided by "
-                    "the global batch). All-reduce with ReduceOp.SUM, clip, then pass 1/N of it.",
+                    f"{found} The replicas' gradients were averaged (ReduceOp.MEAN) or divided by N twice: "
+                    "all-reduce with ReduceOp.SUM, clip, then pass 1/N of it.",
                 )
             if result.factor > 5:
                 expect(
@@ -271,7 +270,11 @@ def check_clip_after_sum(clip_summed_gradients: Callable[[Any, float], Any]) -> 
                 f"{found} On one device the optimizer clips the batch's gradient to global norm "
                 "clip_norm and applies it; make the applied gradient that same one.",
             )
-    passed("clip_after_sum", "2 replicas clip the summed gradient: 1.00x the single-device update.")
+    passed(
+        "clip_after_sum",
+        "2 replicas and 1 device clip the summed gradient, with the clip firing and not: "
+        "1.00x the single-device update.",
+    )
 
 
 # --------------------------------------------------------------------------- masked tokens

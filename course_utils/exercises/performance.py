@@ -39,29 +39,33 @@ def check_median_throughput(median_throughput: Callable[[list[float], int, int],
             "fastest": 1000 / min(seconds[1:]),
             "per-step": 1 / statistics.median(seconds[1:]),
         }
-        expect(
-            not _close(got, wrong["inverse"]),
-            "You returned seconds per example; throughput is "
-            "examples per second: examples_per_run / median_seconds.",
+        hints = (
+            (
+                ("inverse",),
+                "You returned seconds per example; throughput is "
+                "examples per second: examples_per_run / median_seconds.",
+            ),
+            (
+                ("per-step",),
+                "You returned runs per second; multiply by the examples in one run (examples_per_run).",
+            ),
+            (
+                ("mean", "mean-all"),
+                "You averaged the times: one run slowed down by another program (3.0 s here) "
+                "pulls a mean up. Use the median (statistics.median) of the timed runs.",
+            ),
+            (
+                ("warm-up",),
+                "The first warmup_runs runs include tracing and must be left out: take "
+                "seconds[warmup_runs:] before the median.",
+            ),
+            (
+                ("fastest",),
+                "You took the fastest run: that is the best case, not the typical one. Use the median.",
+            ),
         )
-        expect(
-            not _close(got, wrong["per-step"]),
-            "You returned runs per second; multiply by the examples in one run (examples_per_run).",
-        )
-        expect(
-            not _close(got, wrong["mean"]) and not _close(got, wrong["mean-all"]),
-            "You averaged the times: one run slowed down by another program (3.0 s here) pulls "
-            "a mean up. Use the median (statistics.median) of the timed runs.",
-        )
-        expect(
-            not _close(got, wrong["warm-up"]),
-            "The first warmup_runs runs include tracing and must be left out: take "
-            "seconds[warmup_runs:] before the median.",
-        )
-        expect(
-            not _close(got, wrong["fastest"]),
-            "You took the fastest run: that is the best case, not the typical one. Use the median.",
-        )
+        for keys, hint in hints:
+            expect(not any(_close(got, wrong[key]) for key in keys), hint)
         expect(
             _close(got, want),
             f"For times {seconds} s, 1,000 examples per run and 1 warm-up run, expected "
