@@ -59,7 +59,17 @@ def accuracy():
     return keras.metrics.SparseCategoricalAccuracy()
 
 
-def step(*, reduce="global", penalty="scaled", clip="none", metric="labels", returns="share", weighted=False):
+def step(
+    *,
+    reduce="global",
+    penalty="scaled",
+    clip="none",
+    metric="labels",
+    returns="share",
+    weighted=False,
+    clip_norm=CLIP,
+    loss_scale=1.0,
+):
     """A per-replica step as the custom-training tutorial writes it, with one thing changed."""
     tf = _tf()
 
@@ -80,6 +90,7 @@ def step(*, reduce="global", penalty="scaled", clip="none", metric="labels", ret
                     loss = tf.reduce_mean(per_example)
                 elif reduce == "own weights":  # each replica divides by its own sum of weights
                     loss = tf.reduce_sum(per_example) / tf.reduce_sum(sample_weight) / 2.0
+                loss = loss * loss_scale if loss_scale != 1.0 else loss
                 if model.losses and penalty == "scaled":
                     loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
                 elif model.losses and penalty == "every replica":
@@ -87,7 +98,7 @@ def step(*, reduce="global", penalty="scaled", clip="none", metric="labels", ret
             grads = tape.gradient(loss, model.trainable_variables)
             context = tf.distribute.get_replica_context()
             if clip == "local":
-                grads, _ = tf.clip_by_global_norm(grads, CLIP)
+                grads, _ = tf.clip_by_global_norm(grads, clip_norm)
             elif clip == "all-reduced":
                 total = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
                 grads, _ = tf.clip_by_global_norm(grads, CLIP, use_norm=tf.linalg.global_norm(total))
@@ -164,7 +175,11 @@ def test_reduce_mean() -> None:
     assert "DIFFERS" in str(result) and re.search(r"\d\.\de[+-]\d\d  ", str(result))  # scientific notation
 
 
-@pytest.mark.parametrize("l2", [1e-6, 1e-2], ids=["realistic weight decay", "large penalty"])
+@pytest.mark.parametrize(
+    "l2",
+    [1e-9, 1e-6, 1e-2],
+    ids=["smallest weight decay measured", "realistic weight decay", "large penalty"],
+)
 def test_penalty_on_every_replica_of_any_size(l2: float) -> None:
     caught(
         same(step(penalty="every replica"), l2=l2),
@@ -187,6 +202,26 @@ def test_clip_by_global_norm_per_replica_is_caught_though_the_data_never_reaches
     assert all(c.weights_same for c in result.comparisons.values())  # the clip never fires on this data
     caught(result, "with gradients large enough to clip", "each replica clips its own gradient")
     assert same(step(clip="all-reduced")).ok
+
+
+@pytest.mark.parametrize("clip_norm", [0.1, 1e3, 1e6], ids=["always fires", "far", "largest measured"])
+def test_per_replica_clip_is_caught_at_any_clip_norm(clip_norm: float) -> None:
+    """The probe scales the gradients until they clip, whatever the clip norm (measured up to 1e6)."""
+    caught(same(step(clip="local", clip_norm=clip_norm)), "each replica clips its own gradient")
+    assert same(step(clip="all-reduced", clip_norm=clip_norm)).ok
+
+
+@pytest.mark.parametrize("scale", [1.01, 1.0001], ids=["1 percent", "1e-4"])
+def test_a_loss_a_little_off_on_the_replicas_is_caught(scale: float) -> None:
+    """Small differences (measured: from about 1e-5 relative) are beyond the step's own float noise."""
+
+    def make_step(model, optimizer, metric, global_batch_size, strategy):
+        off = scale if strategy.num_replicas_in_sync > 1 else 1.0  # right on one device, off on several
+        return step(loss_scale=off)(model, optimizer, metric, global_batch_size)
+
+    result = same(make_step)
+    caught(result, "on 2 replicas")
+    assert result.comparisons[2].weight_mismatch > result.tolerance
 
 
 def test_keras_clipnorm_is_named() -> None:
