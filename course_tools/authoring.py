@@ -355,6 +355,52 @@ def markdown_total(nb: Any) -> int:
     return sum(markdown_words(c.source) for c in nb.cells if c.cell_type == "markdown")
 
 
+#: Lines too common to count when a solution is compared with the code above it.
+_TRIVIAL = re.compile(r"^(return|pass|else:|try:|[)\]}:,]+|.{0,3})$")
+
+
+def _code_lines(source: str) -> list[str]:
+    """A cell's code lines, stripped of indentation and comments, trivial lines left out."""
+    out = []
+    for line in source.splitlines():
+        line = line.strip()
+        if not line.startswith(("'", '"')):
+            line = line.split("#")[0].strip()
+        if line and not _TRIVIAL.match(line):
+            out.append(line)
+    return out
+
+
+def _triples(lines: list[str]) -> set[tuple[str, ...]]:
+    return {tuple(lines[k : k + 3]) for k in range(len(lines) - 2)}
+
+
+def retyped_problems(masters: list[tuple[str, Any]]) -> list[str]:
+    """Solutions that re-type code shown above them: 3 consecutive code lines in common with an
+    earlier code cell of the course (this notebook or an earlier one; earlier solutions left out,
+    since the student wrote them)."""
+    problems = []
+    shown: list[tuple[str, set[tuple[str, ...]]]] = []
+    for name, nb in masters:
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            source = cell.source
+            if role(cell) == "solution" and BEGIN in source and END in source:
+                head, rest = source.split(BEGIN, 1)
+                region, tail = rest.split(END, 1)
+                mine = _triples(_code_lines(region))
+                where = next((label for label, earlier in shown if mine & earlier), None)
+                if where:
+                    problems.append(
+                        f"{name}: exercise {exercise_id(cell)!r} re-types code shown in {where} "
+                        "(3 lines in common); ask for something the student has not seen."
+                    )
+                source = head + tail
+            shown.append((f"{name} cell {index}", _triples(_code_lines(source))))
+    return problems
+
+
 def unit_problems(root: Path) -> list[str]:
     """What breaks "the notebook is the unit": a master ``solutions/NN_name.ipynb`` with exercises
     has its checks in ``course_utils/exercises/name.py`` and their tests in
@@ -364,6 +410,7 @@ def unit_problems(root: Path) -> list[str]:
     problems: list[str] = []
     numbers: dict[str, str] = {}
     owners: dict[str, str] = {}
+    masters: list[tuple[str, Any]] = []
     for path in sorted((root / "solutions").glob("*.ipynb")):
         match = NOTEBOOK_NAME.match(path.stem)
         if not match:
@@ -374,6 +421,7 @@ def unit_problems(root: Path) -> list[str]:
             problems.append(f"{path.name}: number {number} is taken by {numbers[number]}.")
         numbers[number] = path.name
         nb = nbformat.read(path, as_version=4)
+        masters.append((path.name, nb))
         problems.extend(f"{path.name}: {problem}" for problem in demo_problems(nb))
         problems.extend(f"{path.name}: {problem}" for problem in cell_problems(nb))
         try:
@@ -392,7 +440,7 @@ def unit_problems(root: Path) -> list[str]:
             ):
                 if not needed.is_file():
                     problems.append(f"{path.name}: its exercises need {needed.relative_to(root)}.")
-    return problems
+    return problems + retyped_problems(masters)
 
 
 def _readme_with_map(root: Path, config: dict[str, str]) -> Optional[str]:

@@ -321,3 +321,34 @@ def test_every_concept_the_course_named_is_still_taught() -> None:
             text += appendix.read_text()
         missing += [f"{name}: {term}" for term in terms if term not in text]
     assert missing == []
+
+
+def test_a_solution_that_re_types_code_shown_above_is_refused() -> None:
+    shown = nbformat.v4.new_code_cell(
+        "with tf.GradientTape() as tape:\n    logits = model(x, training=True)\n    loss = loss_fn(y, logits)\n"
+    )
+
+    def solution(body: str) -> nbformat.NotebookNode:
+        cell = nbformat.v4.new_code_cell(f"def f():\n    ### BEGIN SOLUTION\n{body}    ### END SOLUTION\n")
+        cell.metadata["course"] = {"role": "solution", "exercise": "f"}
+        return cell
+
+    copied = solution(
+        "    with tf.GradientTape() as tape:  # as above\n        logits = model(x, training=True)\n"
+        "        loss = loss_fn(y, logits)\n        return tape\n"
+    )
+    nb = nbformat.v4.new_notebook(cells=[shown, copied])
+    (problem,) = authoring.retyped_problems([("01_a.ipynb", nb)])
+    assert "'f' re-types code shown in 01_a.ipynb cell 0" in problem
+    # the same lines in a later notebook's solution are re-typing too; two in common are not
+    assert authoring.retyped_problems(
+        [
+            ("01_a.ipynb", nbformat.v4.new_notebook(cells=[shown])),
+            ("02_b.ipynb", nbformat.v4.new_notebook(cells=[copied])),
+        ]
+    )
+    fresh = solution(
+        "    with tf.GradientTape() as tape:\n        logits = model(x, training=True)\n"
+        "        loss = tf.nn.compute_average_loss(per_example, global_batch_size=g)\n"
+    )
+    assert authoring.retyped_problems([("01_a.ipynb", nbformat.v4.new_notebook(cells=[shown, fresh]))]) == []
