@@ -282,8 +282,8 @@ def check_runtime() -> list[Row]:
     ``get_strategy()`` gives and the chain ``auto`` tried, then ``Model.fit`` and the custom loop
     (Adam built in the scope) for two steps each under that strategy."""
     import course_utils
+    from course_tools import probes as support
     from course_utils import hardware
-    from course_utils.lessons import support
     from course_utils.runtime import devices_line
 
     settings = course_utils.setup(show_report=False)
@@ -343,8 +343,8 @@ def check_factor() -> list[Row]:
 def check_trap_23085() -> list[Row]:
     """keras-team/keras#23085: the custom loop with an Adam that is not built before the first
     step, on the collective MirroredStrategy over 2 virtual CPUs."""
+    from course_tools import probes as support
     from course_utils.devices import use_virtual_cpus
-    from course_utils.lessons import support
     from course_utils.strategies import mirrored_cpus
 
     use_virtual_cpus(2)  # a fresh process: split its CPU before the strategy needs two
@@ -367,8 +367,8 @@ def check_trap_steps_per_execution() -> list[Row]:
     virtual CPUs."""
     import keras
 
+    from course_tools import probes as support
     from course_utils.devices import use_virtual_cpus
-    from course_utils.lessons import support
     from course_utils.strategies import mirrored_cpus
 
     use_virtual_cpus(2)  # a fresh process: split its CPU before the strategy needs two

@@ -49,7 +49,7 @@ def main(argv: Any = None) -> None:
     loss = float(train_step(iterator))
     say(f"custom step: replicas={replicas} loss={loss:.6f} weights={fingerprint(model.trainable_variables)}")
     if args.fit:
-        from course_utils.lessons.support import attempt, fit_probe
+        from course_tools.probes import attempt, fit_probe
 
         outcome = attempt(fit_probe, strategy, steps=1)
         say(f"fit: {outcome.status}" + (f": {outcome.note}" if outcome.status != "works" else ""))

@@ -9,9 +9,6 @@ import tensorflow as tf
 from course_utils.errors import ExerciseError
 from course_utils.exercises import strategy_types as ex
 
-CPUS = ["/cpu:0", "/cpu:1"]
-
-
 # --------------------------------------------------------------------------- choose_strategy
 
 
@@ -69,122 +66,181 @@ def test_choose_strategy_not_done_yet():
         ex.check_choose_strategy(blank)
 
 
-# --------------------------------------------------------------------------- make_strategy
+# --------------------------------------------------------------------------- run_and_combine
+
+SUM, MEAN = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
 
 
-def make_strategy(kind, devices, *, mirrored_ops=None, parameter_device=None, refuse=True):
-    if kind == "default":
-        return tf.distribute.get_strategy()
-    if kind == "one_device":
-        return tf.distribute.OneDeviceStrategy(devices[0])
-    if kind == "mirrored":
-        ops = tf.distribute.ReductionToOneDevice() if mirrored_ops == "r1" else None
-        return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
-    if kind == "multi_worker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    if kind == "central_storage":
-        return tf.distribute.experimental.CentralStorageStrategy(
-            compute_devices=devices, parameter_device=parameter_device or devices[0]
-        )
-    if refuse:
-        raise ValueError("unknown kind: use default, one_device, mirrored, multi_worker or central_storage")
-    return tf.distribute.get_strategy()
+def make_run_and_combine(loss_op=SUM, correct_op=SUM, predicted="gather", distribute=True):
+    """The reference answer, or one of the mistakes real code makes."""
+
+    def run_and_combine(strategy, step_fn, x, y):
+        if distribute:
+            dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(len(x))
+            batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
+        else:
+            batch = (tf.constant(x), tf.constant(y))
+
+        @tf.function
+        def step(inputs):
+            return strategy.run(step_fn, args=inputs)
+
+        out = step(batch)
+        if predicted == "gather":
+            classes = strategy.gather(out["predicted"], axis=0)
+        elif predicted == "concat":
+            classes = tf.concat(strategy.experimental_local_results(out["predicted"]), axis=0)
+        elif predicted == "first":
+            classes = strategy.experimental_local_results(out["predicted"])[0]
+        else:
+            classes = strategy.reduce(SUM, out["predicted"], axis=None)
+        return {
+            "loss": float(strategy.reduce(loss_op, out["loss"], axis=None)),
+            "predicted": classes.numpy(),
+            "correct": float(strategy.reduce(correct_op, out["correct"], axis=None)),
+        }
+
+    return run_and_combine
 
 
-def test_make_strategy_passes_the_reference(capsys):
-    ex.check_make_strategy(make_strategy, CPUS)
-    assert "[pass] make_strategy" in capsys.readouterr().out
+def test_run_and_combine_passes_the_reference(capsys, two_replicas):
+    ex.check_run_and_combine(make_run_and_combine())
+    assert "[pass] run_and_combine" in capsys.readouterr().out
 
 
-def test_make_strategy_with_reduction_to_one_device_passes_too(capsys):
-    # TensorFlow's own cross-device ops (the reference) and ReductionToOneDevice both give a
-    # MirroredStrategy with a copy per device: the check accepts either.
-    ex.check_make_strategy(lambda k, d: make_strategy(k, d, mirrored_ops="r1"), CPUS)
-    assert "[pass] make_strategy" in capsys.readouterr().out
+def test_run_and_combine_concatenating_local_results_passes_too(capsys, two_replicas):
+    ex.check_run_and_combine(make_run_and_combine(predicted="concat"))
+    assert "[pass] run_and_combine" in capsys.readouterr().out
 
 
-def test_make_strategy_with_variables_on_the_wrong_device():
-    with pytest.raises(ExerciseError, match="parameter_device=devices\\[0\\]") as info:
-        ex.check_make_strategy(lambda k, d: make_strategy(k, d, parameter_device=d[1]), CPUS)
-    assert "live on CPU:1" in str(info.value)
+def test_run_and_combine_with_mean_of_the_loss_shares(two_replicas):
+    with pytest.raises(ExerciseError, match="SUM the shares; MEAN divides them"):
+        ex.check_run_and_combine(make_run_and_combine(loss_op=MEAN))
 
 
-def test_make_strategy_that_mirrors_on_one_device_only():
-    def wrong(kind, devices):
-        return make_strategy(kind, devices[:1] if kind == "mirrored" else devices)
-
-    with pytest.raises(ExerciseError, match="Pass all the devices"):
-        ex.check_make_strategy(wrong, CPUS)
+def test_run_and_combine_with_mean_of_the_counts(two_replicas):
+    with pytest.raises(ExerciseError, match="a count adds up across replicas"):
+        ex.check_run_and_combine(make_run_and_combine(correct_op=MEAN))
 
 
-def test_make_strategy_that_accepts_a_typo():
-    with pytest.raises(ExerciseError, match="should raise ValueError"):
-        ex.check_make_strategy(lambda k, d: make_strategy(k, d, refuse=False), CPUS)
+def test_run_and_combine_keeping_one_replicas_predictions(two_replicas):
+    with pytest.raises(ExerciseError, match="4 predictions for 7 examples.*strategy.gather"):
+        ex.check_run_and_combine(make_run_and_combine(predicted="first"))
 
 
-def test_make_strategy_with_the_wrong_kind():
-    def wrong(kind, devices):
-        return make_strategy("mirrored" if kind == "central_storage" else kind, devices)
-
-    with pytest.raises(ExerciseError, match="made a MirroredStrategy; expected a CentralStorageStrategy"):
-        ex.check_make_strategy(wrong, CPUS)
+def test_run_and_combine_summing_the_predictions(two_replicas):
+    with pytest.raises(ExerciseError, match="vectors of 4 and 3 entries.*strategy.gather"):
+        ex.check_run_and_combine(make_run_and_combine(predicted="sum"))
 
 
-# --------------------------------------------------------------------------- global_mean
+def test_run_and_combine_without_distributing_the_batch(two_replicas):
+    with pytest.raises(ExerciseError, match="every replica received the whole batch"):
+        ex.check_run_and_combine(make_run_and_combine(distribute=False))
 
 
-def global_mean(strategy, values):
-    def sum_and_count(v):
-        return tf.reduce_sum(v), tf.cast(tf.size(v), v.dtype)
+def test_run_and_combine_not_done_yet():
+    def blank(strategy, step_fn, x, y):
+        raise NotImplementedError("Exercise run_and_combine: write your code here")
 
-    sums, counts = strategy.run(sum_and_count, args=(values,))
-    total = strategy.reduce(tf.distribute.ReduceOp.SUM, sums, axis=None)
-    count = strategy.reduce(tf.distribute.ReduceOp.SUM, counts, axis=None)
-    return float(total / count)
+    with pytest.raises(ExerciseError, match="not done yet"):
+        ex.check_run_and_combine(blank)
 
 
-def test_global_mean_passes_the_reference(capsys):
-    ex.check_global_mean(global_mean)
-    assert "[pass] global_mean" in capsys.readouterr().out
+# --------------------------------------------------------------------------- fix_train_step
 
 
-def test_global_mean_with_reduce_mean_along_axis_0_passes_too(capsys):
-    ex.check_global_mean(lambda s, v: float(s.reduce(tf.distribute.ReduceOp.MEAN, v, axis=0)))
-    assert "[pass] global_mean" in capsys.readouterr().out
+def make_replica_step(model, optimizer, global_batch):
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            errors = tf.squeeze(model(x), axis=1) - y
+            loss = tf.nn.compute_average_loss(tf.square(errors), global_batch_size=global_batch)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    return replica_step
 
 
-def test_global_mean_as_a_mean_of_means():
-    def wrong(strategy, values):
-        means = strategy.run(tf.reduce_mean, args=(values,))
-        return float(strategy.reduce(tf.distribute.ReduceOp.MEAN, means, axis=None))
+def make_train_step(in_scope=True, distribute=True, own_mean=False, loss_op=SUM):
+    """The fixed step, or the notebook's buggy one (in_scope=False, distribute=False), or another mistake."""
+    import keras
 
-    with pytest.raises(ExerciseError, match="mean of the replicas' means") as info:
-        ex.check_global_mean(wrong)
-    assert "2 replicas holding 3, 1 numbers" in str(info.value)
+    def train_step(strategy, make_model, x, y):
+        if in_scope:
+            with strategy.scope():
+                model = make_model()
+        else:
+            model = make_model()
+        with strategy.scope():
+            optimizer = keras.optimizers.SGD(0.1)
+            optimizer.build(model.trainable_variables)
+        if distribute:
+            dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(len(x))
+            batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
+        else:
+            batch = (tf.constant(x), tf.constant(y))
+        global_batch = len(x) // strategy.num_replicas_in_sync if own_mean else len(x)
+        replica_step = make_replica_step(model, optimizer, global_batch)
+
+        @tf.function
+        def step(inputs):
+            return strategy.reduce(loss_op, strategy.run(replica_step, args=inputs), axis=None)
+
+        return float(step(batch)), model.get_weights()
+
+    return train_step
 
 
-def test_global_mean_summed_but_not_divided():
-    def wrong(strategy, values):
-        return float(strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=0))
-
-    with pytest.raises(ExerciseError, match="mean of \\[1, 2, 3, 6\\] is 3.0"):
-        ex.check_global_mean(wrong)
+def test_fix_train_step_passes_the_fix(capsys, two_replicas):
+    ex.check_fix_train_step(make_train_step())
+    assert "[pass] fix_train_step" in capsys.readouterr().out
 
 
-def test_global_mean_that_returns_a_tensor():
-    def wrong(strategy, values):
-        return tf.constant(global_mean(strategy, values))
-
-    with pytest.raises(ExerciseError, match="Python float"):
-        ex.check_global_mean(wrong)
+def test_fix_train_step_with_the_model_outside_the_scope(two_replicas):
+    with pytest.raises(ExerciseError, match="outside strategy.scope"):
+        ex.check_fix_train_step(make_train_step(in_scope=False, distribute=False))
 
 
-def test_global_mean_that_is_right_on_one_replica_only():
-    def wrong(strategy, values):
-        return float(tf.reduce_mean(strategy.experimental_local_results(values)[0]))
+def scoped_but_whole_batch(strategy, make_model, x, y):
+    """The notebook's buggy step with only the scope fixed: every replica still gets the whole batch."""
+    import keras
 
-    with pytest.raises(ExerciseError, match="On 2 replicas"):
-        ex.check_global_mean(wrong)
+    with strategy.scope():
+        model = make_model()
+        optimizer = keras.optimizers.SGD(0.1)
+        optimizer.build(model.trainable_variables)
+    replica_step = make_replica_step(model, optimizer, len(x))
+
+    @tf.function
+    def step(x, y):
+        return strategy.reduce(SUM, strategy.run(replica_step, args=(x, y)), axis=None)
+
+    return float(step(tf.constant(x), tf.constant(y))), model.get_weights()
+
+
+def test_fix_train_step_without_distributing_the_batch(two_replicas):
+    with pytest.raises(
+        ExerciseError, match="2.00x one device's: strategy.run gave every replica the whole batch"
+    ):
+        ex.check_fix_train_step(scoped_but_whole_batch)
+
+
+def test_fix_train_step_dividing_by_the_replicas_own_batch(two_replicas):
+    with pytest.raises(ExerciseError, match="2.00x one device's: each replica's loss is its own mean"):
+        ex.check_fix_train_step(make_train_step(own_mean=True))
+
+
+def test_fix_train_step_reducing_the_loss_with_mean(two_replicas):
+    with pytest.raises(ExerciseError, match="combine them with SUM, not MEAN"):
+        ex.check_fix_train_step(make_train_step(loss_op=MEAN))
+
+
+def test_fix_train_step_not_done_yet():
+    def blank(strategy, make_model, x, y):
+        raise NotImplementedError("Exercise fix_train_step: write your code here")
+
+    with pytest.raises(ExerciseError, match="not done yet"):
+        ex.check_fix_train_step(blank)
 
 
 # --------------------------------------------------------------------------- reduce_prediction

@@ -1,44 +1,42 @@
-"""course_utils.lessons.support: the probes and the support matrix of notebook 02.
+"""Notebook 02's support matrix: the scaffolding in course_utils.lessons.support and the doctor's probes.
 
-The cluster runs (run_multi_worker, run_parameter_server) start fresh processes and are exercised
-by notebook 02 under nbval; here we test the probes in this process and the pure helpers.
+The probes themselves are the notebook's cells, and the cluster runs start fresh processes: both are
+exercised by notebook 02 under nbval. Here we test what can run in this process.
 """
 
 from __future__ import annotations
 
+import textwrap
+
 import tensorflow as tf
 
+from course_tools import probes
+from course_tools.probes import Outcome
 from course_utils.errors import exception_line
 from course_utils.lessons import support
-from course_utils.lessons.support import Outcome, Row
+from course_utils.lessons.support import Row
 
 
-def test_probes_train_on_two_replicas(two_replicas):
-    assert support.attempt(support.fit_probe, two_replicas) == Outcome("works", "2 steps, finite loss")
-    assert support.attempt(support.custom_loop_probe, two_replicas, build_optimizer=True).ok
-
-
-def test_custom_loop_probe_is_right_on_one_replica():
-    losses = support.custom_loop_probe(tf.distribute.get_strategy(), steps=3)
-    assert len(losses) == 3 and all(loss > 0 for loss in losses)
+def test_the_doctors_probes_train_on_two_replicas(two_replicas):
+    assert probes.attempt(probes.fit_probe, two_replicas) == Outcome("works", "2 steps, finite loss")
+    assert probes.attempt(probes.custom_loop_probe, two_replicas, build_optimizer=True).ok
 
 
 def test_mirrored_default_ops_with_adam_still_fails_upstream():
     """keras-team/keras#23085 on the pinned stack. When this test fails, upstream fixed the bug:
     update section 7 of notebook 02 and FINDINGS."""
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    outcome = support.attempt(support.custom_loop_probe, strategy)
+    outcome = probes.attempt(probes.custom_loop_probe, strategy)
     assert outcome == Outcome("fails", "InvalidArgumentError: You must feed a value for placeholder tensor")
-    assert support.attempt(support.custom_loop_probe, strategy, build_optimizer=True).ok
 
 
 def test_attempt_reports_exceptions_and_non_finite_losses():
     def broken():
         raise ValueError("first line\nsecond line")
 
-    assert support.attempt(broken) == Outcome("fails", "ValueError: first line")
-    assert support.attempt(lambda: [1.0, float("nan")]).status == "fails"
-    assert support.attempt(lambda: []).status == "fails"
+    assert probes.attempt(broken) == Outcome("fails", "ValueError: first line")
+    assert probes.attempt(lambda: [1.0, float("nan")]).status == "fails"
+    assert probes.attempt(lambda: []).status == "fails"
     assert not Outcome("fails", "x").ok and str(Outcome("works")) == "works"
 
 
@@ -52,17 +50,11 @@ def test_exception_line_shortens_known_upstream_errors():
 
 
 def test_render_matrix_numbers_notes_once_per_distinct_problem():
-    missing = Outcome("not run", "no TPU here")
+    missing = "not run: no TPU here"
     rows = [
-        Row("ok", Outcome("works", "2 steps"), Outcome("works")),
-        Row(
-            "broken",
-            Outcome("fails", "ValueError: boom."),
-            Outcome("works"),
-            issue="org/repo#1",
-            alternative="the custom loop",
-        ),
-        Row("n/a", Outcome("-", "does not apply"), Outcome("works")),
+        Row("ok", "works: 2 steps", "works"),
+        Row("broken", "fails: ValueError: boom.", "works", issue="org/repo#1", alternative="the custom loop"),
+        Row("n/a", "-", "works"),
         Row("tpu", missing, missing),
     ]
     text = support.render_matrix(rows)
@@ -72,22 +64,47 @@ def test_render_matrix_numbers_notes_once_per_distinct_problem():
     assert "[1] ValueError: boom; org/repo#1; works instead: the custom loop." in lines
     assert "[2] no TPU here." in lines
     assert "[3]" not in text
-    assert support.as_dict(rows)[1]["issue"] == "org/repo#1"
+    assert rows[1].statuses == ("fails", "works") and rows[2].statuses == ("-", "works")
 
 
 def test_outcomes_are_read_from_the_last_result_line(capsys):
     from course_utils.processes import print_result
 
     print("noise")
-    print_result({"custom_loop": {"status": "works", "note": ""}, "fit": {"status": "fails", "note": "E"}})
-    assert support._result_of(capsys.readouterr().out) == {
-        "custom_loop": {"status": "works", "note": ""},
-        "fit": {"status": "fails", "note": "E"},
-    }
+    print_result({"custom_loop": "works: 2 steps", "fit": "fails: E"})
+    assert support._result_of(capsys.readouterr().out) == {"custom_loop": "works: 2 steps", "fit": "fails: E"}
     assert support._result_of("no result here") is None
 
 
-def test_the_probe_programs_refuse_an_unknown_program(capsys):
+def test_cell_source_gives_each_defining_file_once(tmp_path):
+    import importlib.util
+
+    path = tmp_path / "probe_cells.py"
+    path.write_text(
+        textwrap.dedent(
+            """
+            STEPS = 2
+
+            def fit_probe(strategy):
+                return [1.0] * STEPS
+
+            def attempt(probe, *args):
+                return "works" if probe(*args) else "fails"
+            """
+        )
+    )
+    spec = importlib.util.spec_from_file_location("probe_cells", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    source = support.cell_source(module.fit_probe, module.attempt)
+    assert source == path.read_text()
+    namespace: dict = {}
+    exec(source, namespace)
+    assert namespace["attempt"](namespace["fit_probe"], None) == "works"
+
+
+def test_the_cluster_programs_refuse_an_unknown_program(capsys):
     from course_utils.workers import support_probes
 
     assert support_probes.main(["nothing"]) == 2

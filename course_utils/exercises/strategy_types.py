@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from ..checks import exercise, expect, expect_close, passed
-from ..strategies import STRATEGIES, mirrored_cpus
+from ..strategies import mirrored_cpus
 
 #: (machines, devices per machine, device type, synchronous, answer, the cluster in words)
 SCENARIOS: tuple[tuple[int, int, str, bool, str, str], ...] = (
@@ -57,129 +57,243 @@ def check_choose_strategy(choose_strategy: Callable[..., str]) -> None:
     passed("choose_strategy", f"all {len(SCENARIOS)} clusters get the right strategy.")
 
 
-def _short(device: str) -> str:
-    """``/cpu:1`` or ``/job:localhost/replica:0/task:0/device:CPU:1`` -> ``CPU:1``."""
+#: ``run_and_combine``: a fixed linear classifier (3 features, 3 classes) scores 7 examples, so 2
+#: replicas get 4 and 3; about half of them are classified right.
+SCORE_EXAMPLES, SCORE_CLASSES = 7, 3
+
+
+def score_data() -> tuple[Any, Any, Any]:
+    """``(weights, x, y)`` of ``run_and_combine``: a weight matrix, 7 examples and their labels."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    weights = rng.normal(size=(3, SCORE_CLASSES)).astype("float32")
+    x = rng.normal(size=(SCORE_EXAMPLES, 3)).astype("float32")
+    y = (x @ weights).argmax(axis=1).astype("int32")
+    y[::2] = (y[::2] + 1) % SCORE_CLASSES  # every other label wrong: 3 of 7 right
+    return weights, x, y
+
+
+def make_score_step(weights: Any, global_batch_size: int) -> Callable[[Any, Any], dict[str, Any]]:
+    """The step of ``run_and_combine``: one replica's share of the mean cross-entropy, its
+    predicted classes and how many of them are right."""
     import tensorflow as tf
 
-    spec = tf.DeviceSpec.from_string(device)
-    return f"{(spec.device_type or 'CPU').upper()}:{spec.device_index or 0}"
+    kernel = tf.constant(weights)
+
+    def score_step(x: Any, y: Any) -> dict[str, Any]:
+        logits = tf.matmul(x, kernel)
+        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+        predicted = tf.argmax(logits, axis=1, output_type=tf.int32)
+        return {
+            "loss": tf.nn.compute_average_loss(losses, global_batch_size=global_batch_size),
+            "predicted": predicted,
+            "correct": tf.reduce_sum(tf.cast(predicted == y, tf.int32)),
+        }
+
+    return score_step
 
 
-def check_make_strategy(make_strategy: Callable[[str, Sequence[str]], Any], devices: Sequence[str]) -> None:
-    """``make_strategy(kind, devices)`` builds each strategy kind of notebook 02 over ``devices``."""
-    from ..strategies import describe
+def _combined(result: Any, n: int, replicas: int) -> tuple[float, Any, float]:
+    """``(loss, predicted, correct)`` from what ``run_and_combine`` returned, or a hint."""
+    import numpy as np
 
-    devices = list(devices)
-    n = len(devices)
-    short = tuple(_short(d) for d in devices)
-    # kind -> (replicas, compute devices, variable type, where variables live); None: not checked.
-    # The names are the course's (strategies.STRATEGIES), so a renamed strategy changes one place.
-    want = {
-        "default": (1, None, "ResourceVariable", None),
-        "one_device": (1, short[:1], "ResourceVariable", short[:1]),
-        "mirrored": (n, short, "MirroredVariable", short),
-        "multi_worker": (1, None, "MirroredVariable", None),
-        "central_storage": (n, short, "AggregatingVariable", short[:1]),
-    }
-    with exercise("make_strategy"):
-        for kind, (replicas, compute, variable, lives_on) in want.items():
-            name = STRATEGIES[kind].name
-            strategy = make_strategy(kind, devices)
-            expect(
-                strategy is not None and hasattr(strategy, "scope"),
-                f"make_strategy({kind!r}, devices) returned {strategy!r}: return the strategy object.",
-            )
-            info = describe(strategy, show=False)
-            expect(
-                info.name == name,
-                f"make_strategy({kind!r}, devices) made a {info.name}; expected a {name}.",
-            )
-            expect(
-                info.replicas == replicas,
-                f"make_strategy({kind!r}, devices) has {info.replicas} replica(s) in sync; expected "
-                f"{replicas}. Pass all the devices ({', '.join(devices)}) to the constructor.",
-            )
-            if compute is not None:
-                expect(
-                    info.devices == compute,
-                    f"make_strategy({kind!r}, devices) computes on {', '.join(info.devices)}; expected "
-                    f"{', '.join(compute)}.",
-                )
-            expect(
-                info.variable_type == variable,
-                f"make_strategy({kind!r}, devices): a variable created in its scope is a "
-                f"{info.variable_type}; expected a {variable}.",
-            )
-            if lives_on is not None:
-                expect(
-                    info.variable_devices == lives_on,
-                    f"make_strategy({kind!r}, devices): its variables live on "
-                    f"{', '.join(info.variable_devices)}; expected {', '.join(lives_on)}"
-                    + (" (parameter_device=devices[0])." if kind == "central_storage" else "."),
-                )
-        try:
-            make_strategy("mirorred", devices)
-        except ValueError as error:
-            expect(
-                "mirrored" in str(error),
-                "make_strategy('mirorred', ...) raised ValueError, but its message should list the "
-                f"valid kinds (it said: {str(error)[:80]!r}).",
-            )
-        else:
-            expect(
-                False,
-                "make_strategy('mirorred', devices) should raise ValueError naming the valid kinds; "
-                "a typo must not give a strategy silently.",
-            )
-    passed("make_strategy", "all five kinds have the right replicas, devices and variables.")
+    expect(
+        isinstance(result, dict) and {"loss", "predicted", "correct"} <= set(result),
+        f"Return a dict with the step's three keys, 'loss', 'predicted' and 'correct' (got {result!r:.80}).",
+    )
+    values = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in result.items()}
+    predicted = values["predicted"].reshape(-1)
+    expect(
+        values["loss"].size == 1 and values["correct"].size == 1,
+        "'loss' and 'correct' should each be one number for the whole batch: reduce the replicas' "
+        "values with strategy.reduce(..., axis=None).",
+    )
+    if replicas > 1:
+        expect(
+            predicted.size != 2 * n,
+            f"On {replicas} replicas you returned {predicted.size} predictions for {n} examples: every "
+            "replica received the whole batch. Distribute it first "
+            "(strategy.experimental_distribute_dataset), so that each replica gets its part.",
+        )
+        expect(
+            predicted.size == n,
+            f"On {replicas} replicas you returned {predicted.size} predictions for {n} examples: keep every "
+            "replica's, in order, with strategy.gather(values, axis=0) (one replica's local result is "
+            "not enough).",
+        )
+    expect(predicted.size == n, f"Return one prediction per example: {n}, not {predicted.size}.")
+    return float(values["loss"].reshape(-1)[0]), predicted, float(values["correct"].reshape(-1)[0])
 
 
-def check_global_mean(global_mean: Callable[[Any, Any], float]) -> None:
-    """``global_mean(strategy, values)``: the mean of all numbers of a PerReplica value."""
+def check_run_and_combine(run_and_combine: Callable[[Any, Any, Any, Any], Any]) -> None:
+    """``run_and_combine(strategy, step_fn, x, y)``: one global batch through ``strategy.run``,
+    each output combined as one device computes it, on one device and on 2 replicas."""
     import numpy as np
     import tensorflow as tf
 
-    from ..devices import cpu_count
+    from ..compare import checking_strategy
 
-    with exercise("global_mean"):
-        default = tf.distribute.get_strategy()
-        got = global_mean(default, tf.constant([1.0, 2.0, 3.0, 6.0]))
-        expect(
-            isinstance(got, float),
-            f"Return a Python float (got {type(got).__name__}): wrap the result in float(...).",
-        )
-        expect_close(got, 3.0, "On the default strategy (one replica) the mean of [1, 2, 3, 6] is 3.0")
-        n = cpu_count()
-        if n >= 2:
-            strategy = mirrored_cpus(n)
-            for shards in (
-                [[1.0, 1.0], [3.0, 3.0]] + [[2.0, 2.0]] * (n - 2),
-                [[1.0, 2.0, 3.0], [10.0]] + [[4.0, 5.0]] * (n - 2),
-            ):
-                values = strategy.experimental_distribute_values_from_function(
-                    lambda context, shards=shards: tf.constant(shards[context.replica_id_in_sync_group])
-                )
-                want = float(np.mean(np.concatenate(shards)))
-                got = global_mean(strategy, values)
+    weights, x, y = score_data()
+    n = len(x)
+    step_fn = make_score_step(weights, n)
+    reference = {k: np.asarray(v) for k, v in step_fn(tf.constant(x), tf.constant(y)).items()}
+    want_loss, want_correct = float(reference["loss"]), float(reference["correct"])
+    with exercise("run_and_combine"):
+        for replicas in (1, 2):
+            strategy = checking_strategy(replicas)
+            where = "on one device" if replicas == 1 else f"on {replicas} replicas (4 and 3 examples)"
+            try:
+                result = run_and_combine(strategy, step_fn, x, y)
+            except tf.errors.InvalidArgumentError as error:
                 expect(
-                    isinstance(got, float),
-                    f"Return a Python float (got {type(got).__name__}): wrap the result in float(...).",
+                    "AddN" not in str(error),
+                    f"{where.capitalize()} strategy.reduce failed adding vectors of 4 and 3 entries: reduce "
+                    "adds the replicas' values element by element; concatenate the predictions with "
+                    "strategy.gather(values, axis=0).",
                 )
-                mean_of_means = float(np.mean([np.mean(s) for s in shards]))
-                lengths = ", ".join(str(len(s)) for s in shards)
-                if not np.isclose(want, mean_of_means):
-                    expect(
-                        not np.isclose(got, mean_of_means),
-                        f"On {n} replicas holding {lengths} numbers you returned {got:g}, the mean "
-                        f"of the replicas' means; the mean of all numbers is {want:g}. Reduce each "
-                        "replica's sum and count with SUM, then divide (or reduce(MEAN, values, axis=0)).",
-                    )
-                expect_close(
-                    got,
-                    want,
-                    f"On {n} replicas holding {lengths} numbers, the mean of all numbers is {want:g}",
+                raise
+            loss, predicted, correct = _combined(result, n, replicas)
+            if replicas > 1:
+                expect(
+                    not np.isclose(loss, want_loss / replicas),
+                    f"{where.capitalize()} your loss is {loss:.4f}, 1/{replicas} of one device's {want_loss:.4f}: "
+                    "each replica holds its share of the global mean (compute_average_loss), so SUM the "
+                    "shares; MEAN divides them by the replicas once more.",
                 )
-    passed("global_mean", "matches NumPy on one replica and on several with uneven lengths.")
+                expect(
+                    not np.isclose(correct, want_correct / replicas) or want_correct == 0,
+                    f"{where.capitalize()} you counted {correct:g} right answers, not {want_correct:g}: a "
+                    "count adds up across replicas (SUM); MEAN divides it by the replicas.",
+                )
+            expect_close(loss, want_loss, f"{where.capitalize()} the batch's loss should be one device's")
+            expect(
+                np.array_equal(predicted, reference["predicted"]),
+                f"{where.capitalize()} your predictions {predicted.tolist()} should be one device's "
+                f"{reference['predicted'].tolist()}, in the order of the examples.",
+            )
+            expect_close(
+                correct, want_correct, f"{where.capitalize()} the number right should be one device's"
+            )
+    passed(
+        "run_and_combine",
+        f"on one device and on 2 replicas: loss {want_loss:.4f} (SUM of shares), {n} predictions in order "
+        f"(gather), {want_correct:g} right (SUM).",
+    )
+
+
+#: ``fix_train_step``: one SGD step of a linear regression on 8 examples (4 per replica).
+TRAIN_EXAMPLES, TRAIN_FEATURES, TRAIN_LEARNING_RATE = 8, 3, 0.1
+
+
+def make_regressor() -> Any:
+    """Dense(1) on 3 features, kernel of ones and bias zero: the same start on every strategy."""
+    import keras
+
+    return keras.Sequential(
+        [keras.Input((TRAIN_FEATURES,)), keras.layers.Dense(1, kernel_initializer="ones")]
+    )
+
+
+def regression_data() -> tuple[Any, Any]:
+    """``(x, y)`` of ``fix_train_step``: 8 examples of 3 features and their targets."""
+    import numpy as np
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(TRAIN_EXAMPLES, TRAIN_FEATURES)).astype("float32")
+    y = rng.normal(size=(TRAIN_EXAMPLES,)).astype("float32")
+    return x, y
+
+
+def one_device_step(x: Any, y: Any) -> tuple[float, Any]:
+    """The reference, written out on one device: the mean squared error and the weights after one
+    SGD step of ``TRAIN_LEARNING_RATE`` from :func:`make_regressor`'s start."""
+    import numpy as np
+
+    kernel, bias = np.ones(TRAIN_FEATURES), 0.0
+    error = x.astype(np.float64) @ kernel + bias - y
+    loss = float(np.mean(error**2))
+    grad_kernel, grad_bias = 2 * x.T @ error / len(x), 2 * error.mean()
+    return loss, np.concatenate(
+        [kernel - TRAIN_LEARNING_RATE * grad_kernel, [bias - TRAIN_LEARNING_RATE * grad_bias]]
+    )
+
+
+def _distributes(function: Any) -> bool:
+    """Whether ``function``'s source distributes its input (False when unreadable)."""
+    import inspect
+
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        return True
+    return any(
+        name in source for name in ("distribute_dataset", "distribute_datasets_from", "distribute_values")
+    )
+
+
+def check_fix_train_step(train_step: Callable[[Any, Any, Any, Any], Any]) -> None:
+    """``train_step(strategy, make_model, x, y) -> (loss, weights)``: one SGD step, the same on one
+    device and on 2 replicas as the step written out on one device."""
+    import numpy as np
+
+    from ..compare import checking_strategy, factor, mismatch
+
+    x, y = regression_data()
+    want_loss, want = one_device_step(x, y)
+    start = np.concatenate([np.ones(TRAIN_FEATURES), [0.0]])
+    with exercise("fix_train_step"):
+        for replicas in (1, 2):
+            strategy = checking_strategy(replicas)
+            where = "On one device" if replicas == 1 else f"On {replicas} replicas"
+            try:
+                result = train_step(strategy, make_regressor, x, y)
+            except AssertionError:
+                expect(
+                    False,
+                    f"{where} the optimizer's update failed (AssertionError in Keras): the model's "
+                    "variables were made outside strategy.scope(), so they are not mirrored; build the "
+                    "model inside the scope.",
+                )
+            expect(
+                isinstance(result, (tuple, list)) and len(result) == 2,
+                f"Return (loss, model.get_weights()), two things (got {result!r:.80}).",
+            )
+            loss, weights = result
+            got = np.concatenate([np.asarray(w, np.float64).ravel() for w in weights])
+            expect(
+                got.shape == want.shape,
+                f"Return model.get_weights(): {want.size} numbers in all, not {got.size}.",
+            )
+            ratio = factor(got - start, want - start)
+            if replicas > 1 and abs(ratio - replicas) < 0.05:
+                expect(
+                    _distributes(train_step),
+                    f"{where} your update is {ratio:.2f}x one device's: strategy.run gave every replica the "
+                    "whole batch and the all-reduce added their gradients. Distribute the batch first.",
+                )
+                expect(
+                    False,
+                    f"{where} your update is {ratio:.2f}x one device's: each replica's loss is its own mean; "
+                    "divide by the global batch with tf.nn.compute_average_loss.",
+                )
+            expect(
+                mismatch(got - start, want - start) < 1e-4,
+                f"{where} your weights after the step differ from one device's (update {ratio:.2f}x): "
+                "compare your step with the buggy one line by line.",
+            )
+            if replicas > 1:
+                expect(
+                    not np.isclose(float(loss), want_loss / replicas),
+                    f"{where} your loss is {float(loss):.4f}, 1/{replicas} of one device's {want_loss:.4f}: "
+                    "the replicas hold shares of the loss; combine them with SUM, not MEAN.",
+                )
+            expect_close(
+                float(loss),
+                want_loss,
+                f"{where} the loss you return should be the batch's mean squared error",
+            )
+    passed("fix_train_step", f"on one device and on 2 replicas: loss {want_loss:.4f}, the same SGD update.")
 
 
 #: The per-example losses each of the 2 replicas holds in ``reduce_prediction``, and the global batch.
