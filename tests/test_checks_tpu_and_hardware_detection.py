@@ -1,114 +1,172 @@
-"""The checks of notebook 06 pass on right answers and fail, with the right hint, on planted mistakes."""
+"""The checks of notebook 06 pass on right answers and fail, with the right hint, on planted mistakes.
+
+The session has 2 virtual CPUs (tests/conftest.py): each coding check judges the answer on one
+device and on 2 replicas.
+"""
 
 from __future__ import annotations
 
+import keras
+import tensorflow as tf
 from checking import blank, fails_with
 
 from course_utils.exercises import tpu_and_hardware_detection as ex
 
-# --------------------------------------------------------------------------- choose_hardware
+# --------------------------------------------------------------------------- tpu_input_fn
 
 
-def chain(caught: type = Exception):
-    """The fallback chain, catching ``caught`` when looking for a TPU (the right answer: Exception)."""
+def input_fn(per_replica: bool = True, drop: bool = True, shard: bool = True):
+    """The TPU guide's dataset_fn; each flag off plants one mistake."""
 
-    def choose(find_tpu, list_devices):
-        try:
-            find_tpu()
-            return "tpu"
-        except caught:
-            pass
-        gpus = len(list_devices("GPU"))
-        return "multi_gpu" if gpus > 1 else "one_gpu" if gpus == 1 else "cpu"
+    def make_dataset_fn(x, y, global_batch):
+        def dataset_fn(ctx):
+            dataset = tf.data.Dataset.from_tensor_slices((x, y))
+            if shard:
+                dataset = dataset.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+            size = ctx.get_per_replica_batch_size(global_batch) if per_replica else global_batch
+            return dataset.batch(size, drop_remainder=drop)
 
-    return choose
+        return dataset_fn
 
-
-right_chain = chain()
+    return make_dataset_fn
 
 
-def test_choose_hardware(capsys) -> None:
-    ex.check_choose_hardware(right_chain)
-    assert "[pass] choose_hardware" in capsys.readouterr().out
+def test_tpu_input_fn(capsys) -> None:
+    ex.check_tpu_input_fn(input_fn())
+    assert "[pass] tpu_input_fn" in capsys.readouterr().out
 
 
-def test_choose_hardware_catching_only_value_error() -> None:
-    only_value_error = chain(ValueError)  # the old tutorial code: except ValueError
-
+def test_tpu_input_fn_global_batch_on_every_replica() -> None:
     fails_with(
-        ex.check_choose_hardware,
-        only_value_error,
-        "Exercise choose_hardware",
-        "raised NotFoundError",
-        "catch Exception",
+        ex.check_tpu_input_fn,
+        input_fn(per_replica=False),
+        "Exercise tpu_input_fn",
+        "the whole global batch",
+        "get_per_replica_batch_size",
     )
 
 
-def test_choose_hardware_gpus_first() -> None:
-    def gpus_first(find_tpu, list_devices):
-        gpus = len(list_devices("GPU"))
-        if gpus:
-            return "multi_gpu" if gpus > 1 else "one_gpu"
-        return right_chain(find_tpu, list_devices)
-
-    fails_with(
-        ex.check_choose_hardware, gpus_first, "expected 'tpu', got 'multi_gpu'", "Call find_tpu() first"
-    )
+def test_tpu_input_fn_short_last_batch() -> None:
+    fails_with(ex.check_tpu_input_fn, input_fn(drop=False), "batch dimension is None", "drop_remainder=True")
 
 
-def test_choose_hardware_one_gpu_is_not_several() -> None:
-    def any_gpu_is_multi(find_tpu, list_devices):
-        kind = right_chain(find_tpu, list_devices)
-        return "multi_gpu" if kind == "one_gpu" else kind
-
-    fails_with(
-        ex.check_choose_hardware,
-        any_gpu_is_multi,
-        "expected 'one_gpu', got 'multi_gpu'",
-        "exactly 1 is 'one_gpu'",
-    )
+def test_tpu_input_fn_every_host_reads_everything() -> None:
+    fails_with(ex.check_tpu_input_fn, input_fn(shard=False), "both read examples", "dataset.shard(")
 
 
-def test_choose_hardware_unknown_kind_and_blank() -> None:
-    fails_with(ex.check_choose_hardware, lambda f, l: "TPU", "Return one of 'tpu'")
-    fails_with(ex.check_choose_hardware, blank, "not done yet")
+def test_tpu_input_fn_shuffled_and_blank() -> None:
+    def shuffled(x, y, global_batch):
+        def dataset_fn(ctx):
+            dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=1)
+            return dataset.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
+
+        return dataset_fn
+
+    fails_with(ex.check_tpu_input_fn, shuffled, "On one device, the batches should be the examples in order")
+    fails_with(ex.check_tpu_input_fn, lambda x, y, g: None, "should return a function")
+    fails_with(ex.check_tpu_input_fn, blank, "not done yet")
 
 
-# --------------------------------------------------------------------------- last_step_split
-# The session has 2 virtual CPUs (tests/conftest.py): each check judges the answer on 2 replicas.
+# --------------------------------------------------------------------------- tpu_ready_loop
 
 
-def test_last_step_split(capsys) -> None:
-    ex.check_last_step_split(lambda: [1, 0])
-    assert "[pass] last_step_split" in capsys.readouterr().out
+def replica_step(model, optimizer, images, labels, global_batch, mean=False):
+    """The notebook's replica step (``mean=True``: the tf.reduce_mean mistake)."""
+    with tf.GradientTape() as tape:
+        logits = model(images, training=True)
+        per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        loss = (
+            tf.reduce_mean(per_example)
+            if mean
+            else tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        )
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
 
 
-def test_last_step_split_one_device_answer() -> None:
-    fails_with(ex.check_last_step_split, lambda: [1], "Exercise last_step_split", "one device's last batch")
+def loop(build=True, drop=True, tensor_steps=True, per_call=True, mean=False):
+    """The TPU-ready loop; each flag off (``mean`` on) plants one mistake."""
+
+    def tpu_ready_loop(strategy, model, optimizer, x, y, global_batch, steps_per_call):
+        if build:
+            with strategy.scope():
+                optimizer.build(model.trainable_variables)
+        dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=drop)
+        iterator = iter(strategy.experimental_distribute_dataset(dataset))
+
+        @tf.function
+        def train_steps(iterator, steps):
+            total = tf.constant(0.0)
+            for _ in tf.range(steps):
+                images, labels = next(iterator)
+                per_replica = strategy.run(
+                    replica_step, args=(model, optimizer, images, labels, global_batch, mean)
+                )
+                total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            return total / tf.cast(steps, tf.float32)
+
+        whole = len(x) // global_batch
+        chunk = steps_per_call if per_call else 1
+        losses = []
+        for start in range(0, whole, chunk):
+            steps = min(chunk, whole - start)
+            losses.append(float(train_steps(iterator, tf.constant(steps) if tensor_steps else steps)))
+        return train_steps, losses
+
+    return tpu_ready_loop
 
 
-def test_last_step_split_halves_or_copies() -> None:
-    # Plausible: the one example is shared, or copied to both replicas.
-    fails_with(ex.check_last_step_split, lambda: [0.5, 0.5], "never cuts an example in two")
-    fails_with(ex.check_last_step_split, lambda: [1, 1], "add up to 2", "neither copies nor pads")
-    fails_with(ex.check_last_step_split, lambda: [2, 2], "9 - 2 x 4 = 1")
+def naive_loop(strategy, model, optimizer, x, y, global_batch, steps_per_call):
+    """The notebook's naive loop: eager strategy.run, a short last batch, one step at a time."""
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch)
+    losses = []
+    for images, labels in strategy.experimental_distribute_dataset(dataset):
+        per_replica = strategy.run(replica_step, args=(model, optimizer, images, labels, global_batch))
+        losses.append(float(strategy.reduce("SUM", per_replica, axis=None)))
+    return None, losses
 
 
-def test_last_step_split_wrong_way_round_and_blank() -> None:
-    fails_with(ex.check_last_step_split, lambda: [0, 1], "the first replica takes the larger share")
-    fails_with(ex.check_last_step_split, lambda: 1, "Return a list")
-    fails_with(ex.check_last_step_split, blank, "not done yet")
+def test_tpu_ready_loop(capsys) -> None:
+    ex.check_tpu_ready_loop(loop())
+    assert "[pass] tpu_ready_loop" in capsys.readouterr().out
+
+
+def test_tpu_ready_loop_naive_loop_runs_eagerly() -> None:
+    fails_with(ex.check_tpu_ready_loop, naive_loop, "Exercise tpu_ready_loop", "runs eagerly", "@tf.function")
+
+
+def test_tpu_ready_loop_unbuilt_optimizer() -> None:
+    # A second trace on one device; the crash of keras-team/keras#23085 on 2 replicas.
+    fails_with(ex.check_tpu_ready_loop, loop(build=False), "On one device", "never built", "optimizer.build(")
+
+
+def test_tpu_ready_loop_no_drop_remainder() -> None:
+    fails_with(ex.check_tpu_ready_loop, loop(drop=False), "batch dimension is None", "drop_remainder=True")
+
+
+def test_tpu_ready_loop_one_call_per_step() -> None:
+    fails_with(ex.check_tpu_ready_loop, loop(per_call=False), "one call per step", "tf.range(steps)")
+
+
+def test_tpu_ready_loop_python_steps_retrace() -> None:
+    fails_with(ex.check_tpu_ready_loop, loop(tensor_steps=False), "traced 2 times", "tf.constant(n)")
+
+
+def test_tpu_ready_loop_reduce_mean_and_blank() -> None:
+    fails_with(ex.check_tpu_ready_loop, loop(mean=True), "On 2 replicas, the weights moved", "replica_step")
+    fails_with(ex.check_tpu_ready_loop, blank, "not done yet")
 
 
 # --------------------------------------------------------------------------- global_batches
 
-RIGHT = {"v2-8": 512, "v5e-1": 64, "4 GPUs": 256, "this CPU": 128}
+RIGHT = {"v2-8": 512, "v5e-1": 64, "4 GPUs": 256}
 
 
 def test_global_batches(capsys) -> None:
     ex.check_global_batches(lambda: dict(RIGHT))
     out = capsys.readouterr().out
-    assert "[pass] global_batches" in out and "this CPU 128" in out
+    assert "[pass] global_batches" in out and "4 GPUs 256" in out
 
 
 def test_global_batches_every_tpu_has_8_cores() -> None:
@@ -124,14 +182,7 @@ def test_global_batches_counting_chips() -> None:
     fails_with(ex.check_global_batches, lambda: {**RIGHT, "v2-8": 256}, "counts its 4 chips")
 
 
-def test_global_batches_cpu_as_one_device() -> None:
-    # Right on the default strategy, wrong on the course's 2 CPU replicas.
-    fails_with(
-        ex.check_global_batches, lambda: {**RIGHT, "this CPU": 64}, "one device's batch", "2 virtual CPUs"
-    )
-
-
 def test_global_batches_gpus_and_shape() -> None:
-    fails_with(ex.check_global_batches, lambda: {**RIGHT, "4 GPUs": 64}, "MirroredStrategy over 4 GPUs")
-    fails_with(ex.check_global_batches, lambda: [512, 64, 256, 128], "Return a dict")
+    fails_with(ex.check_global_batches, lambda: {**RIGHT, "4 GPUs": 64}, "MirroredStrategy over all 4 GPUs")
+    fails_with(ex.check_global_batches, lambda: [512, 64, 256], "Return a dict")
     fails_with(ex.check_global_batches, blank, "not done yet")
