@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import re
-from pathlib import Path
-
 import pytest
 
 from course_utils.errors import ExerciseError
@@ -15,112 +11,220 @@ from course_utils.exercises import keras_model_fit as ex
 pytestmark = pytest.mark.filterwarnings("ignore:`shuffle=True` was passed:UserWarning")
 
 
-def _scale(image, label):
-    import tensorflow as tf
-
-    return tf.cast(image, tf.float32) / 255.0, label
-
-
-def _compile(model):
-    import keras
-
-    model.compile(
-        optimizer=keras.optimizers.SGD(0.05),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
-    return model
-
-
-def _make_fit(*, scope=True, compile_in_scope=True, global_batch=True, fit=True, scale=True):
-    """A fit_distributed with one mistake switched on."""
-
-    def fit_distributed(strategy, images, labels, per_replica_batch=32, epochs=1):
-        import tensorflow as tf
-
-        from course_utils.models import keras_tutorial_cnn
-
-        batch = per_replica_batch * strategy.num_replicas_in_sync if global_batch else per_replica_batch
-        dataset = tf.data.Dataset.from_tensor_slices((images, labels))
-        if scale:
-            dataset = dataset.map(_scale)
-        dataset = dataset.batch(batch)
-        if scope:
-            with strategy.scope():
-                model = keras_tutorial_cnn(seed=0)
-                if compile_in_scope:
-                    _compile(model)
-            if not compile_in_scope:
-                _compile(model)
-        else:
-            model = _compile(keras_tutorial_cnn(seed=0))
-        if fit:
-            model.fit(dataset, epochs=epochs, verbose=0)
-        return model
-
-    return fit_distributed
-
-
 def _hint(check, answer) -> str:
     with pytest.raises(ExerciseError) as info:
         check(answer)
     return str(info.value)
 
 
-# --------------------------------------------------------------------------- fit_distributed
+def _compile(model):
+    import keras
+
+    model.compile(
+        optimizer=keras.optimizers.SGD(ex.SCRIPT_LEARNING_RATE),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return model
 
 
-def test_fit_distributed_passes(capsys):
-    ex.check_fit_distributed(_make_fit())
-    assert "[pass] fit_distributed" in capsys.readouterr().out
+# --------------------------------------------------------------------------- fit_on_replicas
+
+
+def _make_script(*, scope=True, compile_in_scope=True, global_batch=True, fit=True, lr=None):
+    """A fit_on_replicas with the chosen mistakes switched on (all off: the right answer)."""
+
+    def fit_on_replicas(strategy, make_model, images, labels, per_replica_batch):
+        import keras
+        import tensorflow as tf
+
+        batch = per_replica_batch * strategy.num_replicas_in_sync if global_batch else per_replica_batch
+        batches = tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch)
+        if scope:
+            with strategy.scope():
+                model = make_model()
+                if compile_in_scope:
+                    _compile(model)
+            if not compile_in_scope:
+                _compile(model)
+        else:
+            model = _compile(make_model())
+        if lr is not None:
+            model.compile(optimizer=keras.optimizers.SGD(lr), loss=model.loss)
+        if fit:
+            model.fit(batches, epochs=1, verbose=0)
+        return model
+
+    return fit_on_replicas
+
+
+def test_fit_on_replicas_passes(capsys):
+    ex.check_fit_on_replicas(_make_script())
+    assert "[pass] fit_on_replicas" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     "mistake, hint",
     [
-        (dict(scope=False), "outside `with strategy.scope():`"),
+        # the notebook's buggy script: no scope and the per-replica batch
+        (dict(scope=False, global_batch=False), "built outside `with strategy.scope():`"),
+        (dict(scope=False), "built outside `with strategy.scope():`"),
+        (dict(global_batch=False), "per-replica size (16)"),
         (dict(compile_in_scope=False), "optimizer was created outside"),
-        (dict(global_batch=False), "per-replica batch"),
         (dict(fit=False), "no step"),
-        (dict(scale=False), "weights differ from the single-device script"),
     ],
 )
-def test_fit_distributed_mistakes(mistake, hint):
-    message = _hint(ex.check_fit_distributed, _make_fit(**mistake))
-    assert message.startswith("Exercise fit_distributed:")
+def test_fit_on_replicas_mistakes(mistake, hint):
+    message = _hint(ex.check_fit_on_replicas, _make_script(**mistake))
+    assert message.startswith("Exercise fit_on_replicas:")
     assert hint in message
 
 
-def test_fit_distributed_adam_compiled_outside_the_scope():
-    import keras
-    import tensorflow as tf
+def test_fit_on_replicas_other_rate_is_off_one_device():
+    def fit_on_replicas(strategy, make_model, images, labels, per_replica_batch):
+        import keras
+        import tensorflow as tf
 
-    from course_utils.models import keras_tutorial_cnn
-
-    def fit_distributed(strategy, images, labels, per_replica_batch=32, epochs=1):
-        dataset = tf.data.Dataset.from_tensor_slices((images, labels)).map(_scale)
+        batches = tf.data.Dataset.from_tensor_slices((images, labels)).batch(2 * per_replica_batch)
         with strategy.scope():
-            model = keras_tutorial_cnn(seed=0)
-        model.compile(optimizer=keras.optimizers.Adam(), loss="sparse_categorical_crossentropy")
-        model.fit(dataset.batch(per_replica_batch * 2), epochs=epochs, verbose=0)
+            model = make_model()
+            model.compile(
+                optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(True)
+            )
+        model.fit(batches, epochs=1, verbose=0)
         return model
 
-    message = _hint(ex.check_fit_distributed, fit_distributed)
-    assert "compiled outside" in message and "0x" not in message
+    assert "off one device trained on batches of 32" in _hint(ex.check_fit_on_replicas, fit_on_replicas)
 
 
-def test_fit_distributed_unfinished():
-    def fit_distributed(strategy, images, labels, per_replica_batch=32, epochs=1):
-        raise NotImplementedError("Exercise fit_distributed: replace this line with your code")
+def test_fit_on_replicas_returns_nothing():
+    def fit_on_replicas(strategy, make_model, images, labels, per_replica_batch):
+        _make_script()(strategy, make_model, images, labels, per_replica_batch)
 
-    assert "is not done yet" in _hint(ex.check_fit_distributed, fit_distributed)
+    assert "return model" in _hint(ex.check_fit_on_replicas, fit_on_replicas)
 
 
-def test_fit_distributed_returns_nothing():
-    def fit_distributed(strategy, images, labels, per_replica_batch=32, epochs=1):
-        _make_fit()(strategy, images, labels, per_replica_batch, epochs)
+def test_fit_on_replicas_unfinished():
+    def fit_on_replicas(strategy, make_model, images, labels, per_replica_batch):
+        raise NotImplementedError("Exercise fit_on_replicas: replace this line with your code")
 
-    assert "return model" in _hint(ex.check_fit_distributed, fit_distributed)
+    assert "is not done yet" in _hint(ex.check_fit_on_replicas, fit_on_replicas)
+
+
+# --------------------------------------------------------------------------- even_batches
+
+
+def _right_even(dataset, global_batch, replicas):
+    return dataset.batch(global_batch - global_batch % replicas, drop_remainder=True)
+
+
+def test_even_batches_passes(capsys):
+    ex.check_even_batches(_right_even)
+    assert "[pass] even_batches" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        # the tutorial's pipeline: the last batch of 3 splits 2 + 1
+        (lambda d, g, r: d.batch(g), "mean of means"),
+        # the remainder dropped, but a batch of 3 splits 2 + 1 from the first step on
+        (lambda d, g, r: d.batch(g, drop_remainder=True), "fit raises InvalidArgumentError (AddN)"),
+        # batched by the per-replica size
+        (lambda d, g, r: d.batch(g // r, drop_remainder=True), "the per-replica size"),
+        # rounded up instead of down: 3 examples in batches of 4, with the remainder dropped
+        (lambda d, g, r: d.batch(g + g % r, drop_remainder=True), "no batch at all"),
+        # even, but smaller than it needs to be (40 examples in 4s, not 16s)
+        (lambda d, g, r: d.batch(min(g - g % r, 4), drop_remainder=True), "use the largest batch"),
+        (lambda d, g, r: [d], "should return a tf.data.Dataset"),
+    ],
+)
+def test_even_batches_mistakes(answer, hint):
+    message = _hint(ex.check_even_batches, answer)
+    assert message.startswith("Exercise even_batches:")
+    assert hint in message
+
+
+def test_even_batches_mean_of_means_is_measured():
+    message = _hint(ex.check_even_batches, lambda d, g, r: d.batch(g))
+    assert "last batch of 3 splits 2 + 1" in message and "% off one device" in message
+
+
+# --------------------------------------------------------------------------- fit_resumable
+
+
+def _make_resumable(*, backup=True, scope=True, callbacks=True, same_dir=True):
+    def fit_resumable(strategy, make_model, dataset, epochs, backup_dir, callbacks_given=()):
+        import tempfile
+
+        import keras
+
+        if scope:
+            with strategy.scope():
+                model = make_model()
+        else:
+            model = make_model()
+        folder = backup_dir if same_dir else tempfile.mkdtemp()
+        chosen = (
+            [keras.callbacks.BackupAndRestore(folder)]
+            if backup
+            else [keras.callbacks.ModelCheckpoint(backup_dir + ".weights.h5", save_weights_only=True)]
+        )
+        if callbacks:
+            chosen += list(callbacks_given)
+        model.fit(dataset, epochs=epochs, verbose=0, callbacks=chosen)
+        return model
+
+    return fit_resumable
+
+
+def test_fit_resumable_passes(capsys):
+    ex.check_fit_resumable(_make_resumable())
+    out = capsys.readouterr().out
+    assert "[pass] fit_resumable" in out and "resumed at epoch 2" in out
+
+
+@pytest.mark.parametrize(
+    "mistake, hint",
+    [
+        (dict(backup=False), "add keras.callbacks.BackupAndRestore(backup_dir)"),
+        (dict(callbacks=False), "pass `callbacks` to model.fit"),
+        (dict(same_dir=False), "backup_dir is empty"),
+        (dict(scope=False), "built outside `with strategy.scope():`"),
+    ],
+)
+def test_fit_resumable_mistakes(mistake, hint):
+    message = _hint(ex.check_fit_resumable, _make_resumable(**mistake))
+    assert message.startswith("Exercise fit_resumable:")
+    assert hint in message
+
+
+def test_fit_resumable_restarting_from_scratch():
+    """A second call that trains from epoch 0 (a backup written elsewhere than it reads)."""
+    import shutil
+
+    right = _make_resumable()
+
+    def fit_resumable(strategy, make_model, dataset, epochs, backup_dir, callbacks=()):
+        model = right(strategy, make_model, dataset, epochs, backup_dir, callbacks)
+        return model
+
+    calls = []
+
+    def restarting(strategy, make_model, dataset, epochs, backup_dir, callbacks=()):
+        calls.append(1)
+        if len(calls) == 2:
+            shutil.copytree(backup_dir, backup_dir + "_old")
+            shutil.rmtree(backup_dir)
+        return fit_resumable(strategy, make_model, dataset, epochs, backup_dir, callbacks)
+
+    assert "started over instead of resuming at epoch 2" in _hint(ex.check_fit_resumable, restarting)
+
+
+def test_fit_resumable_unfinished():
+    def fit_resumable(strategy, make_model, dataset, epochs, backup_dir, callbacks=()):
+        raise NotImplementedError("Exercise fit_resumable: replace this line with your code")
+
+    assert "is not done yet" in _hint(ex.check_fit_resumable, fit_resumable)
 
 
 # --------------------------------------------------------------------------- scaled_batch_and_lr
@@ -154,130 +258,6 @@ def test_scaled_batch_and_lr_mistakes(answer, hint):
     assert hint in message
 
 
-# --------------------------------------------------------------------------- fit_split_prediction
-
-RIGHT_SPLIT = {"steps_per_epoch": 47, "last_step_per_replica": 56, "iterations": 47}
-
-
-def test_fit_split_prediction_passes(capsys):
-    ex.check_fit_split_prediction(dict(RIGHT_SPLIT))
-    out = capsys.readouterr().out
-    assert "[pass] fit_split_prediction" in out
-    # measured on 2 replicas next to one device, and printed
-    assert (
-        "2 replicas: global batch 128, 47 steps, last step 56 + 56 examples, optimizer.iterations = 47" in out
-    )
-    assert "one device: global batch  64, 94 steps, last step 48 examples, optimizer.iterations = 94" in out
-
-
-@pytest.mark.parametrize(
-    "change, hint",
-    [
-        # batched with the per-replica batch, as on one device
-        (dict(steps_per_epoch=94), "is the one-device count"),
-        (dict(steps_per_epoch=46), "round up"),
-        # the last batch not split
-        (dict(last_step_per_replica=112), "is the whole last batch"),
-        # the last batch assumed full
-        (dict(last_step_per_replica=64), "the last batch is shorter"),
-        # each replica counted its own step
-        (dict(iterations=94), "counts every replica's step"),
-        (dict(iterations=1), "goes up by one per step of fit"),
-    ],
-)
-def test_fit_split_prediction_mistakes(change, hint):
-    message = _hint(ex.check_fit_split_prediction, {**RIGHT_SPLIT, **change})
-    assert message.startswith("Exercise fit_split_prediction:")
-    assert hint in message
-
-
-@pytest.mark.parametrize(
-    "prediction, hint",
-    [
-        (None, "Return a dict"),
-        ({"steps": 47}, "Return a dict"),
-        ({**RIGHT_SPLIT, "iterations": 47.0}, "whole number"),
-    ],
-)
-def test_fit_split_prediction_malformed(prediction, hint):
-    assert hint in _hint(ex.check_fit_split_prediction, prediction)
-
-
-def test_fit_split_prediction_takes_the_notebooks_function(capsys):
-    ex.check_fit_split_prediction(lambda: dict(RIGHT_SPLIT))
-    assert "[pass] fit_split_prediction" in capsys.readouterr().out
-
-
-def test_fit_split_prediction_unfinished():
-    def predict_split():
-        raise NotImplementedError("Exercise fit_split_prediction: replace this line with your code")
-
-    assert "is not done yet" in _hint(ex.check_fit_split_prediction, predict_split)
-
-
-def test_split_question_has_a_short_last_batch():
-    # The exercise is only interesting when the last global batch is short and splits evenly.
-    global_batch = 2 * ex.SPLIT_PER_REPLICA
-    assert ex.SPLIT_EXAMPLES % global_batch not in (0, ex.SPLIT_PER_REPLICA)
-    assert (ex.SPLIT_EXAMPLES % global_batch) % 2 == 0
-
-
-# --------------------------------------------------------------------------- latest_checkpoint
-
-
-def _right_latest(folder):
-    found = []
-    for path in Path(folder).glob("ckpt_*.weights.h5"):
-        match = re.fullmatch(r"ckpt_(\d+)\.weights\.h5", path.name)
-        if match:
-            found.append((int(match.group(1)), path))
-    return max(found)[1] if found else None
-
-
-def test_latest_checkpoint_passes(capsys):
-    ex.check_latest_checkpoint(_right_latest)
-    assert "[pass] latest_checkpoint" in capsys.readouterr().out
-
-
-def _text_order(folder):
-    paths = sorted(Path(folder).glob("*.weights.h5"))
-    return paths[-1] if paths else None
-
-
-def _newest_file(folder):
-    paths = list(Path(folder).glob("*.weights.h5"))
-    return max(paths, key=lambda p: p.stat().st_mtime) if paths else None
-
-
-def _any_file(folder):
-    paths = sorted(Path(folder).iterdir())
-    return paths[0] if paths else None
-
-
-def _raises_when_empty(folder):
-    return max(Path(folder).glob("ckpt_*.weights.h5"), key=lambda p: int(p.name[5:-11]))
-
-
-@pytest.mark.parametrize(
-    "answer, hint",
-    [
-        (_text_order, "compared as text"),
-        (_newest_file, "the file modified last"),
-        (_any_file, "no `.weights.h5` checkpoint"),
-        (_raises_when_empty, "your code raised ValueError"),
-        (
-            lambda folder: None if not list(Path(folder).glob("ckpt_*")) else "ckpt_12.weights.h5",
-            "not just its name",
-        ),
-    ],
-)
-def test_latest_checkpoint_mistakes(answer, hint):
-    message = _hint(ex.check_latest_checkpoint, answer)
-    assert message.startswith("Exercise latest_checkpoint:")
-    assert hint in message
-
-
 def test_check_examples_are_even_over_two_replicas():
-    # The fit check's numbers in its hints assume an exact split of the global batch.
+    # The fit check's step counts assume an exact split of the global batch.
     assert ex.CHECK_EXAMPLES % (2 * ex.CHECK_PER_REPLICA_BATCH) == 0
-    assert math.ceil(ex.CHECK_EXAMPLES / 64) == 8
