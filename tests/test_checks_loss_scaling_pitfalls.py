@@ -98,43 +98,6 @@ def test_clip_after_sum(tf, capsys) -> None:
     fails_with(ex.check_clip_after_sum, blank, "not done yet")
 
 
-# --------------------------------------------------------------------------- masked_token_mean
-
-
-def test_masked_token_mean(tf, capsys) -> None:
-    def right(per_token_loss, mask):
-        context = tf.distribute.get_replica_context()
-        real = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.reduce_sum(mask))
-        return tf.math.divide_no_nan(tf.reduce_sum(per_token_loss * mask), real)
-
-    ex.check_masked_token_mean(right)
-    assert "[pass] masked_token_mean" in capsys.readouterr().out
-
-    def with_sample_weight(per_token_loss, mask):  # compute_average_loss's own sample_weight
-        return tf.nn.compute_average_loss(per_token_loss, sample_weight=mask, global_batch_size=GLOBAL_BATCH)
-
-    fails_with(
-        ex.check_masked_token_mean,
-        with_sample_weight,
-        "Exercise masked_token_mean",
-        "update is 3.1",
-        "25 real tokens / 8 sequences",
-        "sample_weight=mask",
-    )
-
-    def local_count(per_token_loss, mask):  # right on one device
-        return tf.reduce_sum(per_token_loss * mask) / tf.reduce_sum(mask)
-
-    fails_with(ex.check_masked_token_mean, local_count, "mismatch", "19 real tokens, the second 6")
-
-    def mean_of_sequences(per_token_loss, mask):
-        per_sequence = tf.reduce_sum(per_token_loss * mask, axis=1) / tf.reduce_sum(mask, axis=1)
-        return tf.nn.compute_average_loss(per_sequence, global_batch_size=GLOBAL_BATCH)
-
-    fails_with(ex.check_masked_token_mean, mean_of_sequences, "Some tokens weigh more")
-    fails_with(ex.check_masked_token_mean, blank, "not done yet")
-
-
 # --------------------------------------------------------------------------- average_loss
 
 
@@ -174,40 +137,86 @@ def test_average_loss(tf, capsys) -> None:
     fails_with(ex.check_average_loss, blank, "not done yet")
 
 
-# --------------------------------------------------------------------------- track_loss
+# --------------------------------------------------------------------------- global_moments
 
 
-def test_track_loss(tf, capsys) -> None:
-    import keras
+def test_global_moments(tf, capsys) -> None:
+    def right(x):
+        context = tf.distribute.get_replica_context()
+        count = tf.cast(tf.shape(x)[0], x.dtype)
+        total, squares, count = context.all_reduce(
+            tf.distribute.ReduceOp.SUM, [tf.reduce_sum(x, 0), tf.reduce_sum(x * x, 0), count]
+        )
+        mean = total / count
+        return mean, squares / count - mean * mean
 
-    def right(strategy, dataset, global_batch_size):
-        total, steps = 0.0, 0
-        for batch in strategy.experimental_distribute_dataset(dataset):
-            scaled = strategy.run(
-                lambda l: tf.nn.compute_average_loss(l, global_batch_size=global_batch_size), args=(batch,)
-            )
-            total += float(strategy.reduce(tf.distribute.ReduceOp.SUM, scaled, axis=None))
-            steps += 1
-        return total / steps
+    ex.check_global_moments(right)
+    assert "[pass] global_moments" in capsys.readouterr().out
 
-    ex.check_track_loss(right)
-    assert "[pass] track_loss" in capsys.readouterr().out
+    def local(x):  # per-replica statistics, what BatchNormalization() without synchronized does
+        return tf.nn.moments(x, axes=[0])
 
-    def mean_metric(strategy, dataset, global_batch_size):  # the planted pitfall
-        with strategy.scope():
-            metric = keras.metrics.Mean()
+    fails_with(ex.check_global_moments, local, "Exercise global_moments", "On 2 replicas", "its own examples")
 
-        def replica_fn(l):
-            metric.update_state(tf.nn.compute_average_loss(l, global_batch_size=global_batch_size))
+    def averaged(x):  # all-reduce each replica's moments with MEAN
+        mean, var = tf.nn.moments(x, axes=[0])
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, [mean, var])
 
-        for batch in strategy.experimental_distribute_dataset(dataset):
-            strategy.run(replica_fn, args=(batch,))
-        return float(metric.result())
+    fails_with(ex.check_global_moments, averaged, "The mean is right", "E[x^2] - mean^2")
 
-    fails_with(ex.check_track_loss, mean_metric, "got 1.75", "0.50x", "strategy.reduce(SUM")
+    def local_count(x):  # divides by its own count times the replicas: right on an even split only
+        context = tf.distribute.get_replica_context()
+        n = tf.cast(tf.shape(x)[0] * context.num_replicas_in_sync, x.dtype)
+        total, squares = context.all_reduce(
+            tf.distribute.ReduceOp.SUM, [tf.reduce_sum(x, 0), tf.reduce_sum(x * x, 0)]
+        )
+        return total / n, squares / n - (total / n) ** 2
 
-    def not_averaged(strategy, dataset, global_batch_size):
-        return right(strategy, dataset, global_batch_size) * (sum(1 for _ in dataset))
+    fails_with(ex.check_global_moments, local_count, "split 4 + 3", "all-reduced count")
+    fails_with(ex.check_global_moments, lambda x: tf.nn.moments(x, axes=[1]), "shape (3,)")
+    fails_with(ex.check_global_moments, blank, "not done yet")
 
-    fails_with(ex.check_track_loss, not_averaged, "number of steps")
-    fails_with(ex.check_track_loss, blank, "not done yet")
+
+# --------------------------------------------------------------------------- replica_dropout
+
+
+def test_replica_dropout(tf, capsys) -> None:
+    def right(x, rate, step):
+        context = tf.distribute.get_replica_context()
+        rows = tf.shape(x)[0]
+        shape = tf.concat([[rows * context.num_replicas_in_sync], tf.shape(x)[1:]], axis=0)
+        keep = tf.random.stateless_uniform(shape, seed=[1, step]) >= rate
+        first = context.replica_id_in_sync_group * rows
+        return tf.where(keep[first : first + rows], x / (1 - rate), tf.zeros_like(x))
+
+    ex.check_replica_dropout(right)
+    assert "[pass] replica_dropout" in capsys.readouterr().out
+
+    def stateful(x, rate, step):  # a new mask at every call
+        return tf.nn.dropout(x, rate)
+
+    fails_with(ex.check_replica_dropout, stateful, "Exercise replica_dropout", "not reproducible")
+
+    def same_seed(x, rate, step):  # every replica draws the same mask, as keras.layers.Dropout does
+        keep = tf.random.stateless_uniform(tf.shape(x), seed=[1, step]) >= rate
+        return tf.where(keep, x / (1 - rate), tf.zeros_like(x))
+
+    fails_with(ex.check_replica_dropout, same_seed, "On 2 replicas both replicas drew the same mask")
+
+    def replica_seed(x, rate, step):  # replicas differ, but the masks depend on the replica count
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        keep = tf.random.stateless_uniform(tf.shape(x), seed=[replica, step]) >= rate
+        return tf.where(keep, x / (1 - rate), tf.zeros_like(x))
+
+    fails_with(ex.check_replica_dropout, replica_seed, "not one device's", "replica_id_in_sync_group")
+
+    def unscaled(x, rate, step):
+        return right(x, rate, step) * (1 - rate)
+
+    fails_with(ex.check_replica_dropout, unscaled, "divided by 1 - rate")
+
+    def no_step(x, rate, step):
+        return right(x, rate, 0)
+
+    fails_with(ex.check_replica_dropout, no_step, "put the step into the seed")
+    fails_with(ex.check_replica_dropout, blank, "not done yet")

@@ -1,9 +1,11 @@
 """Notebook 05 (loss-scaling pitfalls): its exercise checks.
 
-Every check runs the student's code on 2 replicas next to a correct single-device reference with
-:func:`course_utils.lessons.diagnostics.update_factor` (on :mod:`course_utils.compare`), so that code
-that is right on one replica and wrong on two fails, and the hint names the factor it found
-(``2.00x``) and the usual cause. A check about clipping runs with the clip firing and not.
+Every check runs the student's code on 2 replicas next to one device, so that code that is right
+on one replica and wrong on two fails. The loss and clipping checks compare training updates with
+a correct single-device reference (:func:`course_utils.lessons.diagnostics.update_factor`, on
+:mod:`course_utils.compare`) and name the factor found (``2.00x``) and its usual cause; a check
+about clipping runs with the clip firing and not. The moments and dropout checks compare what each
+replica returns with what one device returns for the whole global batch.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..checks import exercise, expect, passed
-from ..compare import checking_strategy
+from ..compare import checking_strategy, distribute
 from ..lessons.diagnostics import UpdateFactor, update_factor
 
 REPLICAS = 2
@@ -26,10 +28,13 @@ GLOBAL_BATCH = 8
 #: clip fires), and far above them (it never fires: a MEAN where the SUM belongs shows only there).
 CLIP = 0.01
 NO_CLIP = 100.0
-#: Sequence length and real (unpadded) lengths of the masked-token exercise: the first replica's
-#: 4 sequences hold 19 real tokens, the second's 6, so a per-replica count is visibly wrong.
-TIME_STEPS = 5
-LENGTHS = (5, 5, 4, 5, 1, 2, 1, 2)
+#: The moments exercise: 3 features; the first rows are centred at 0, the last at SHIFT, so each
+#: replica's own statistics are far from the global batch's; 8 rows split 4 + 4, 7 split 4 + 3.
+MOMENT_FEATURES = 3
+SHIFT = 4.0
+#: The dropout exercise: its rate, and the width of the activations it drops.
+DROP_RATE = 0.5
+DROP_WIDTH = 6
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -277,88 +282,6 @@ def check_clip_after_sum(clip_summed_gradients: Callable[[Any, float], Any]) -> 
     )
 
 
-# --------------------------------------------------------------------------- masked tokens
-
-
-def padded_batch(seed: int = 6) -> tuple[np.ndarray, np.ndarray]:
-    """Sequences of TIME_STEPS tokens; label -1 marks padding (LENGTHS real tokens each)."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(GLOBAL_BATCH, TIME_STEPS, FEATURES)).astype("float32")
-    y = rng.integers(0, CLASSES, size=(GLOBAL_BATCH, TIME_STEPS)).astype("int32")
-    for i, length in enumerate(LENGTHS):
-        y[i, length:] = -1
-    return x, y
-
-
-def _tagger() -> Callable[[], Any]:
-    def build() -> Any:
-        import keras
-
-        return keras.Sequential(
-            [
-                keras.Input((TIME_STEPS, FEATURES)),
-                keras.layers.Dense(CLASSES, kernel_initializer=keras.initializers.GlorotUniform(seed=13)),
-            ]
-        )
-
-    return build
-
-
-def check_masked_token_mean(masked_mean_loss: Callable[[Any, Any], Any]) -> None:
-    """``masked_mean_loss(per_token_loss, mask)``: the mean over the real tokens of the global batch."""
-    import tensorflow as tf
-
-    loss_fn = _loss_fn()
-
-    def token_losses(model: Any, x: Any, y: Any) -> tuple[Any, Any]:
-        per_token_loss = loss_fn(tf.maximum(y, 0), model(x, training=True))
-        return per_token_loss, tf.cast(y >= 0, per_token_loss.dtype)
-
-    def reference(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
-        with tf.GradientTape() as tape:
-            per_token_loss, mask = token_losses(model, x, y)
-            loss = tf.reduce_sum(per_token_loss * mask) / tf.reduce_sum(mask)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    def step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
-        with tf.GradientTape() as tape:
-            per_token_loss, mask = token_losses(model, x, y)
-            loss = masked_mean_loss(per_token_loss, mask)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    real = sum(LENGTHS)
-    half = len(LENGTHS) // 2
-    with exercise("masked_token_mean"):
-        result = _measure(step, _tagger(), padded_batch(), reference_step=reference)
-        if not result.ok:
-            if _near(result.factor, real / GLOBAL_BATCH, 1e-2) and result.mismatch < 1e-3:
-                expect(
-                    False,
-                    f"{_factor_text(result)} That is {real} real tokens / {GLOBAL_BATCH} sequences: "
-                    "you divided by the number of sequences (what compute_average_loss divides "
-                    "by, with or without sample_weight=mask), not by the number of real tokens.",
-                )
-            if result.mismatch > 1e-3:
-                expect(
-                    False,
-                    f"{_factor_text(result)} Some tokens weigh more than others: you divided by a "
-                    f"count that differs between replicas or sequences (the first replica holds "
-                    f"{sum(LENGTHS[:half])} real tokens, the second {sum(LENGTHS[half:])}). Every "
-                    "real token of the global batch must be divided by the same number.",
-                )
-            expect(False, _scaling_hint(result))
-        expect(
-            _near(result.loss_factor, 1.0, 1e-3),
-            "The update is right, but the loss your step returns, summed over the replicas, is "
-            f"{result.loss_factor}x the single-device loss: return the loss you differentiate.",
-        )
-    passed("masked_token_mean", f"the mean over the {real} real tokens, 1.00x on 2 replicas.")
-
-
 # --------------------------------------------------------------------------- kept exercises
 
 
@@ -411,35 +334,161 @@ def check_average_loss(average_loss: Callable[[Any], Any], global_batch: int = 8
     passed("average_loss", "full, short and empty replica batches all match the single-device mean.")
 
 
-def check_track_loss(epoch_training_loss: Callable[[Any, Any, int], Any]) -> None:
-    """``epoch_training_loss(strategy, dataset, global_batch_size)``: the mean of the step losses."""
+# --------------------------------------------------------------------------- running on replicas
+
+
+def _on_replicas(strategy: Any, fn: Callable[..., Any], arrays: list[np.ndarray]) -> list[Any]:
+    """``fn`` on each replica's share of one global batch of ``arrays`` (in a ``tf.function``, as in
+    training): one NumPy result (or tuple of them) per replica."""
     import tensorflow as tf
 
-    cases = [
-        ([2.0, 3.0, 4.0, 5.0], 3.5),
-        ([2.0, 3.0, 4.0, 5.0, 1.0, 1.0, 1.0, 1.0], 2.25),
-    ]
-    with exercise("track_loss"):
-        for strategy, where in [(two_replicas(), "2 replicas"), (tf.distribute.get_strategy(), "1 device")]:
-            for values, want in cases:
-                dataset = tf.data.Dataset.from_tensor_slices(tf.constant(values)).batch(4)
-                got = epoch_training_loss(strategy, dataset, 4)
-                got = float(got.numpy() if hasattr(got, "numpy") else got)
-                if math.isclose(got, want, rel_tol=1e-5):
-                    continue
-                ratio = got / want
-                hint = (
-                    f"On {where}, per-example losses {values} in global batches of 4 should give a "
-                    f"training loss of {want}, got {got:.4g} ({ratio:.2f}x)."
-                )
-                if math.isclose(ratio, 0.5, rel_tol=1e-3):
-                    hint += (
-                        " A Mean metric fed the replicas' scaled losses averages them, and each is "
-                        "already divided by the global batch. Sum them with "
-                        "strategy.reduce(SUM, ...) instead (or feed the metric the unscaled "
-                        "per-example losses)."
+    inputs = next(iter(distribute(strategy, arrays)))
+    values = tf.function(lambda *args: strategy.run(fn, args=args))(*inputs)
+    parts = [strategy.experimental_local_results(v) for v in tf.nest.flatten(values)]
+    return [tuple(np.asarray(p[i]) for p in parts) for i in range(len(parts[0]) if parts else 0)]
+
+
+def _split(rows: int) -> list[slice]:
+    """The rows each of 2 replicas gets of a global batch of ``rows`` (the first gets the extra one)."""
+    first = (rows + 1) // 2
+    return [slice(0, first), slice(first, rows)]
+
+
+# --------------------------------------------------------------------------- global_moments
+
+
+def moments_batch(rows: int = GLOBAL_BATCH, seed: int = 7) -> np.ndarray:
+    """``rows`` x 3 features; the second replica's rows are shifted by SHIFT."""
+    x = np.random.default_rng(seed).normal(size=(rows, MOMENT_FEATURES))
+    x[_split(rows)[1]] += SHIFT
+    return x.astype("float32")
+
+
+def check_global_moments(global_moments: Callable[[Any], Any]) -> None:
+    """``global_moments(x)``, on each replica: the mean and variance of each feature over the whole
+    global batch (what a synchronized BatchNorm normalizes with), on 2 replicas (split 4 + 4 and
+    4 + 3) and on one device."""
+    places = [("2 replicas", two_replicas()), ("1 device", checking_strategy(1))]
+    with exercise("global_moments"):
+        for rows in (GLOBAL_BATCH, GLOBAL_BATCH - 1):
+            x = moments_batch(rows)
+            want = np.stack([x.mean(axis=0), x.var(axis=0)])
+            for where, strategy in places:
+                parts = _split(rows) if strategy.num_replicas_in_sync > 1 else [slice(0, rows)]
+                results = _on_replicas(strategy, lambda x: tuple(global_moments(x)), [x])
+                for replica, result in enumerate(results):
+                    expect(
+                        len(result) == 2 and all(r.shape == (MOMENT_FEATURES,) for r in result),
+                        f"Return (mean, variance), each of shape ({MOMENT_FEATURES},) (one per feature), "
+                        f"not shapes {[r.shape for r in result]}.",
                     )
-                elif math.isclose(ratio, len(values) / 4, rel_tol=1e-3):
-                    hint += " Divide the total over the steps by the number of steps."
-                expect(False, hint)
-    passed("track_loss", "3.5 for the tutorial's example, on 2 replicas and on 1 device.")
+                    got = np.stack(result).astype(np.float64)
+                    if np.allclose(got, want, rtol=1e-4, atol=1e-5):
+                        continue
+                    sizes = " + ".join(str(len(range(rows)[p])) for p in parts)
+                    said = (
+                        f"On {where}, global batch of {rows} split {sizes}: replica {replica} returned "
+                        f"mean {np.round(got[0], 3).tolist()}, variance {np.round(got[1], 3).tolist()}; "
+                        f"the global batch's are {np.round(want[0], 3).tolist()} and "
+                        f"{np.round(want[1], 3).tolist()}."
+                    )
+                    local = x[parts[replica]]
+                    if np.allclose(got, [local.mean(0), local.var(0)], rtol=1e-4, atol=1e-5):
+                        expect(
+                            False,
+                            f"{said} Those are its own examples' moments (tf.nn.moments on the replica, "
+                            "what a per-replica BatchNorm uses): add up sums over the replicas with "
+                            "get_replica_context().all_reduce(SUM, ...).",
+                        )
+                    local_vars = np.mean([x[p].var(0) for p in parts], axis=0)
+                    if np.allclose(got[0], want[0], rtol=1e-4, atol=1e-5) and np.allclose(
+                        got[1], local_vars, rtol=1e-4, atol=1e-5
+                    ):
+                        expect(
+                            False,
+                            f"{said} The mean is right; the variance is the replicas' variances "
+                            "averaged, which leaves out how far apart their means are. All-reduce the "
+                            "sums of x and of x * x and the count; variance = E[x^2] - mean^2.",
+                        )
+                    if rows != GLOBAL_BATCH and strategy.num_replicas_in_sync > 1:
+                        expect(
+                            False,
+                            f"{said} Right on an even split, wrong on an uneven one: divide the "
+                            "all-reduced sums by the all-reduced count of examples, not by this "
+                            "replica's count times the replicas (or by the number of replicas).",
+                        )
+                    expect(
+                        False,
+                        f"{said} Every replica must return the moments of all the examples of the "
+                        "global batch: the sums over every replica divided by the total count.",
+                    )
+    passed(
+        "global_moments",
+        "every replica returns the global batch's mean and variance (split 4 + 4 and 4 + 3), as one device.",
+    )
+
+
+# --------------------------------------------------------------------------- replica_dropout
+
+
+def dropout_batch() -> np.ndarray:
+    """A global batch of activations, all different and none 0 (so a 0 is a dropped one)."""
+    return (np.arange(GLOBAL_BATCH * DROP_WIDTH, dtype="float32").reshape(GLOBAL_BATCH, DROP_WIDTH) + 1) / 8
+
+
+def check_replica_dropout(replica_dropout: Callable[[Any, float, int], Any]) -> None:
+    """``replica_dropout(x, rate, step)`` on each replica: dropout whose mask for an example of the
+    global batch depends only on the step and the example, not on the replicas: 2 replicas give one
+    device's output, again when run again, and another mask at another step."""
+    x = dropout_batch()
+    scaled = x / (1 - DROP_RATE)
+
+    def outputs(strategy: Any, step: int) -> list[np.ndarray]:
+        results = _on_replicas(strategy, lambda x: replica_dropout(x, DROP_RATE, step), [x])
+        return [r[0] for r in results]
+
+    with exercise("replica_dropout"):
+        one = outputs(checking_strategy(1), 0)[0]
+        expect(
+            one.shape == x.shape,
+            f"Return an array of the shape of x, {x.shape[1:]} per example, not {one.shape[1:]}.",
+        )
+        kept = one != 0
+        expect(
+            np.allclose(one[kept], scaled[kept], rtol=1e-5),
+            f"The kept activations must be divided by 1 - rate (x {1 / (1 - DROP_RATE):g} here), so that "
+            "the expected output equals x, as keras.layers.Dropout does.",
+        )
+        expect(
+            0.2 < kept.mean() < 0.8,
+            f"With rate={DROP_RATE} about half of the activations are dropped; yours keeps {kept.mean():.0%}.",
+        )
+        again = outputs(checking_strategy(1), 0)[0]
+        expect(
+            np.array_equal(again, one),
+            "On one device, step 0 run twice gave two different masks: the run is not reproducible. "
+            "Draw the mask with a stateless op, tf.random.stateless_uniform(shape, seed=[..., step]).",
+        )
+        expect(
+            not np.array_equal(outputs(checking_strategy(1), 1)[0] != 0, kept),
+            "Steps 0 and 1 drew the same mask: put the step into the seed.",
+        )
+        two = outputs(two_replicas(), 0)
+        masks = [m != 0 for m in two]
+        expect(
+            not np.array_equal(masks[0], masks[1]),
+            "On 2 replicas both replicas drew the same mask for their 4 examples (as "
+            "keras.layers.Dropout does under a strategy), so examples 0 and 4 are dropped alike: "
+            "make each replica's mask depend on which examples of the global batch it holds.",
+        )
+        expect(
+            np.array_equal(np.concatenate(two), one),
+            "On 2 replicas the replicas' masks differ but are not one device's: they depend on the "
+            "replica count (a seed with the replica id?). Draw the mask of the whole global batch "
+            "(local rows x num_replicas_in_sync) with the same seed on every replica and keep this "
+            "replica's rows (from replica_id_in_sync_group x local rows).",
+        )
+    passed(
+        "replica_dropout",
+        "2 replicas drop what one device drops, example by example; the same again; another mask at another step.",
+    )
