@@ -1,4 +1,4 @@
-"""course_utils.lessons.bench and course_utils.lessons.loops, at tiny sizes.
+"""The benchmark command (course_tools.bench) and its loops, at tiny sizes.
 
 The end-to-end test runs the real command on one loop at 1 and 2 replicas (fresh processes, so a
 few seconds each); it checks the JSON rows and the table, not the speed.
@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from course_tools import bench
 from course_tools import bench as bench_command
+from course_tools.bench import loops
 from course_utils.errors import CourseError
-from course_utils.lessons import bench, loops
 
 
 def _measurement(loop: str, replicas: int, seconds: tuple[float, ...]) -> bench.Measurement:

@@ -1,12 +1,36 @@
-"""Notebook 09: the checks of its exercises (performance)."""
+"""Notebook 09: the checks of its exercises (performance).
+
+* ``logged_steps``: ``make_logged_steps(strategy, replica_step)`` returns a ``tf.function`` that runs
+  ``steps`` training steps in one call and returns their losses. On one device and on 2 replicas,
+  3 calls of 4 steps must leave the weights and losses of 12 one-step calls on one device
+  (:func:`course_utils.compare.run`), and Python must not run the step at every step.
+* ``dataset_fn``: ``make_dataset_fn(features, labels, global_batch)`` returns the ``dataset_fn`` of
+  ``strategy.distribute_datasets_from_function``: each replica its share of the global batch, full
+  batches only, repeated, and each input pipeline (one per worker) its own shard. Trained on 2
+  replicas, it must give one device's update with the global batch.
+* ``pipelined_throughput``: arithmetic, with and without prefetch.
+"""
 
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any, Callable
 
+import numpy as np
+
+from .. import compare
 from ..checks import exercise, expect, passed
+from ..errors import ExerciseError, ReplicaCountError
+from ..runtime import import_tensorflow as _tf
+
+#: The check data: features of 4 numbers (the first is the example's index / 100), 3 classes.
+FEATURES, CLASSES = 4, 3
+#: logged_steps: CALLS calls of STEPS_PER_CALL steps, global batch GLOBAL_BATCH.
+CALLS, STEPS_PER_CALL, GLOBAL_BATCH = 3, 4, 8
+#: dataset_fn: EPOCH examples (not a multiple of the global batch), TRAIN_STEPS steps (past one epoch).
+EPOCH, DATASET_BATCH, TRAIN_STEPS = 100, 16, 7
+#: The same update: within this relative mismatch (float32 noise of a small model is ~1e-7).
+RTOL = 1e-5
 
 
 def _number(value: Any, what: str) -> float:
@@ -23,62 +47,282 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
 
 
-def check_median_throughput(median_throughput: Callable[[list[float], int, int], float]) -> None:
-    """``median_throughput(seconds, examples_per_run, warmup_runs)``: examples/s of the median
-    timed run, the first ``warmup_runs`` runs left out."""
-    with exercise("median_throughput"):
-        # A slow first run (tracing) and one run slowed down by another program.
-        seconds = [5.0, 0.5, 0.4, 0.6, 3.0]
-        got = _number(median_throughput(list(seconds), 1000, 1), "median_throughput")
-        want = 1000 / statistics.median(seconds[1:])
-        wrong = {
-            "mean": 1000 / statistics.fmean(seconds[1:]),
-            "warm-up": 1000 / statistics.median(seconds),
-            "mean-all": 1000 / statistics.fmean(seconds),
-            "inverse": statistics.median(seconds[1:]) / 1000,
-            "fastest": 1000 / min(seconds[1:]),
-            "per-step": 1 / statistics.median(seconds[1:]),
-        }
-        hints = (
-            (
-                ("inverse",),
-                "You returned seconds per example; throughput is "
-                "examples per second: examples_per_run / median_seconds.",
-            ),
-            (
-                ("per-step",),
-                "You returned runs per second; multiply by the examples in one run (examples_per_run).",
-            ),
-            (
-                ("mean", "mean-all"),
-                "You averaged the times: one run slowed down by another program (3.0 s here) "
-                "pulls a mean up. Use the median (statistics.median) of the timed runs.",
-            ),
-            (
-                ("warm-up",),
-                "The first warmup_runs runs include tracing and must be left out: take "
-                "seconds[warmup_runs:] before the median.",
-            ),
-            (
-                ("fastest",),
-                "You took the fastest run: that is the best case, not the typical one. Use the median.",
-            ),
-        )
-        for keys, hint in hints:
-            expect(not any(_close(got, wrong[key]) for key in keys), hint)
-        expect(
-            _close(got, want),
-            f"For times {seconds} s, 1,000 examples per run and 1 warm-up run, expected "
-            f"{want:.1f} examples/s (1000 / median of the last four), got {got:.1f}.",
-        )
-        for secs, examples, warmup in [([0.2, 0.2, 0.2], 64, 0), ([9.0, 1.0, 2.0, 4.0], 500, 2)]:
-            got = _number(median_throughput(list(secs), examples, warmup), "median_throughput")
-            want = examples / statistics.median(secs[warmup:])
+def _strategy(replicas: int) -> Any:
+    try:
+        return compare.checking_strategy(replicas)
+    except ReplicaCountError as error:
+        raise ExerciseError(str(error)) from None
+
+
+def _on(replicas: int) -> str:
+    return "On one device," if replicas == 1 else f"On {replicas} replicas,"
+
+
+# --------------------------------------------------------------------------- the check's model and step
+
+
+def check_data(examples: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``examples`` rows of :data:`FEATURES` float32 numbers whose first is the row's index / 100, and labels."""
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(examples, FEATURES)).astype(np.float32)
+    features[:, 0] = np.arange(examples) / 100
+    labels = rng.integers(0, CLASSES, size=examples).astype(np.int32)
+    return features, labels
+
+
+def check_model() -> Any:
+    """A dense layer, 4 -> 3."""
+    import keras
+
+    return keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(CLASSES)])
+
+
+def replica_step(model: Any, optimizer: Any, global_batch: int) -> Callable[[Any], Any]:
+    """The right per-replica step: its share of the global batch's mean loss, one update."""
+    import keras
+
+    tf = _tf()
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    def step(inputs: Any) -> Any:
+        features, labels = inputs
+        with tf.GradientTape() as tape:
+            per_example = loss_fn(labels, model(features, training=True))
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    return step
+
+
+def initial_weights() -> list[np.ndarray]:
+    import keras
+
+    keras.utils.set_random_seed(compare.SEED)
+    return [np.array(w) for w in check_model().get_weights()]
+
+
+def one_device_reference(features: np.ndarray, labels: np.ndarray, global_batch: int) -> compare.Run:
+    """One step per call on one device, over ``features`` in order, ``global_batch`` examples a step."""
+    return compare.run(
+        _strategy(1),
+        lambda strategy, model, optimizer, metric: replica_step(model, optimizer, global_batch),
+        [features, labels],
+        batch=global_batch,
+        make_model=check_model,
+        weights=initial_weights(),
+    )
+
+
+def _model_in_scope(strategy: Any) -> tuple[Any, Any]:
+    import keras
+
+    with strategy.scope():
+        model = check_model()
+        model.set_weights(initial_weights())
+        optimizer = keras.optimizers.SGD(0.1)
+        optimizer.build(model.trainable_variables)  # in the scope, before the first step (#23085)
+    return model, optimizer
+
+
+# --------------------------------------------------------------------------- logged_steps
+
+
+def _losses(value: Any, steps: int, where: str) -> list[float]:
+    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value, dtype=np.float64)
+    expect(
+        array.shape == (steps,),
+        f"{where} one call of {steps} steps returned shape {array.shape}; return one loss per step, "
+        f"a vector of {steps} (write each step's loss into a tf.TensorArray, then .stack() it).",
+    )
+    return [float(v) for v in array]
+
+
+def run_logged_steps(make_logged_steps: Callable[[Any, Any], Any], replicas: int) -> tuple[compare.Run, int]:
+    """:data:`CALLS` calls of :data:`STEPS_PER_CALL` steps on ``replicas`` replicas: the run and how
+    many times Python ran the replica step."""
+    tf = _tf()
+    strategy = _strategy(replicas)
+    features, labels = check_data(CALLS * STEPS_PER_CALL * GLOBAL_BATCH)
+    model, optimizer = _model_in_scope(strategy)
+    step = replica_step(model, optimizer, GLOBAL_BATCH)
+    python_calls = [0]
+
+    def counted_step(inputs: Any) -> Any:
+        python_calls[0] += 1  # runs once per trace in a graph, at every step in Python
+        return step(inputs)
+
+    train_logged = make_logged_steps(strategy, counted_step)
+    expect(
+        callable(train_logged),
+        f"make_logged_steps should return a function, got {type(train_logged).__name__}.",
+    )
+    dataset = tf.data.Dataset.from_tensor_slices((features, labels)).batch(GLOBAL_BATCH)
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    before = compare.flat(model.trainable_variables)
+    losses: list[float] = []
+    for _ in range(CALLS):
+        losses += _losses(train_logged(iterator, tf.constant(STEPS_PER_CALL)), STEPS_PER_CALL, _on(replicas))
+    update = compare.flat(model.trainable_variables) - before
+    return compare.Run(replicas, tuple(losses), update), python_calls[0]
+
+
+def check_logged_steps(make_logged_steps: Callable[[Any, Any], Any]) -> None:
+    """``make_logged_steps(strategy, replica_step)`` returns ``train_logged(iterator, steps)``: ``steps``
+    steps in one ``tf.function`` call, their losses (each summed over the replicas) as a vector."""
+    with exercise("logged_steps"):
+        features, labels = check_data(CALLS * STEPS_PER_CALL * GLOBAL_BATCH)
+        reference = one_device_reference(features, labels, GLOBAL_BATCH)
+        steps = CALLS * STEPS_PER_CALL
+        for replicas in (1, 2):
+            where = _on(replicas)
+            got, python_calls = run_logged_steps(make_logged_steps, replicas)
+            expect(got.update.any(), f"{where} the weights did not move: run replica_step with strategy.run.")
+            if compare.mismatch(got.update, reference.update) > RTOL:
+                first = np.arange(CALLS).repeat(STEPS_PER_CALL) * GLOBAL_BATCH  # one batch per call
+                rows = (first[:, None] + np.arange(GLOBAL_BATCH)).ravel()
+                same_batch = one_device_reference(features[rows], labels[rows], GLOBAL_BATCH)
+                expect(
+                    compare.mismatch(got.update, same_batch.update) > RTOL,
+                    f"{where} each call trained {STEPS_PER_CALL} times on one batch: take the next "
+                    "batch inside the loop, strategy.run(replica_step, args=(next(iterator),)).",
+                )
+                expect(
+                    False,
+                    f"{where} after {CALLS} calls of {STEPS_PER_CALL} steps the weights are "
+                    f"{compare.factor(got.update, reference.update):.2f}x those of {steps} one-step calls "
+                    f"on one device (mismatch {compare.mismatch(got.update, reference.update):.1e}): run "
+                    "`steps` steps per call, each on the next batch.",
+                )
+            want = np.asarray(reference.losses, np.float64)
+            have = np.asarray(got.losses, np.float64)
+            if not np.allclose(have, want, rtol=RTOL, atol=1e-7):
+                halved = replicas > 1 and np.allclose(have * replicas, want, rtol=RTOL, atol=1e-7)
+                expect(
+                    not halved,
+                    f"{where} the losses are 1/{replicas} of one device's: each replica returns its "
+                    "share, so add them with strategy.reduce(tf.distribute.ReduceOp.SUM, ..., axis=None).",
+                )
+                expect(
+                    False,
+                    f"{where} the losses {np.round(have[:3], 4).tolist()}... differ from one device's "
+                    f"{np.round(want[:3], 4).tolist()}...: write step i's summed loss at index i.",
+                )
             expect(
-                _close(got, want),
-                f"median_throughput({secs}, {examples}, {warmup}) should be {want:.1f}, got {got:.1f}.",
+                python_calls < steps,
+                f"{where} Python ran replica_step {python_calls} times for {steps} steps: the loop "
+                "runs in Python. Decorate train_logged with @tf.function and loop with tf.range, so "
+                "that Python traces the step once.",
             )
-    passed("median_throughput", "warm-up left out, the median run, in examples per second.")
+    passed(
+        "logged_steps",
+        f"{CALLS} calls of {STEPS_PER_CALL} steps on 1 device and on 2 replicas: the weights and the "
+        f"{steps} losses of {steps} one-step calls on one device, the step traced once.",
+    )
+
+
+# --------------------------------------------------------------------------- dataset_fn
+
+
+def _rows_of(value: Any) -> list[np.ndarray]:
+    """The first feature (the example's index) of each replica's part of a distributed batch."""
+    strategy_results = value if isinstance(value, (list, tuple)) else [value]
+    return [np.rint(np.asarray(v)[:, 0] * 100).astype(int) for v in strategy_results]
+
+
+def _first_examples(dataset_fn: Callable[[Any], Any], pipeline: int, pipelines: int) -> set[int]:
+    """The examples the first batches of one of ``pipelines`` input pipelines hold (2 replicas each)."""
+    tf = _tf()
+    context = tf.distribute.InputContext(
+        num_input_pipelines=pipelines, input_pipeline_id=pipeline, num_replicas_in_sync=2 * pipelines
+    )
+    dataset = dataset_fn(context)
+    expect(
+        isinstance(dataset, tf.data.Dataset),
+        f"dataset_fn should return a tf.data.Dataset, got {type(dataset).__name__}.",
+    )
+    seen: set[int] = set()
+    for features, _ in dataset.take(4):
+        seen |= set(np.rint(np.asarray(features)[:, 0] * 100).astype(int).tolist())
+    return seen
+
+
+def check_dataset_fn(make_dataset_fn: Callable[[Any, Any, int], Any]) -> None:
+    """``make_dataset_fn(features, labels, global_batch)`` returns ``dataset_fn(input_context)`` for
+    ``strategy.distribute_datasets_from_function``; trained on 2 replicas, one device's update."""
+    tf = _tf()
+    with exercise("dataset_fn"):
+        features, labels = check_data(EPOCH, seed=1)
+        dataset_fn = make_dataset_fn(features, labels, DATASET_BATCH)
+        expect(
+            callable(dataset_fn),
+            f"make_dataset_fn should return a function, got {type(dataset_fn).__name__}.",
+        )
+        strategy = _strategy(2)
+        per_replica = DATASET_BATCH // 2
+        batches = iter(strategy.distribute_datasets_from_function(dataset_fn))
+        for step in range(1, TRAIN_STEPS + 1):
+            try:
+                parts = _rows_of(strategy.experimental_local_results(next(batches)[0]))
+            except (StopIteration, tf.errors.OutOfRangeError):
+                raise ExerciseError(
+                    f"On 2 replicas the data ran out after {step - 1} steps of an epoch of {EPOCH} "
+                    "examples: repeat() the dataset."
+                ) from None
+            sizes = [len(p) for p in parts]
+            expect(
+                sizes[0] != DATASET_BATCH,
+                f"On 2 replicas each replica got {sizes[0]} examples, a whole global batch of "
+                f"{DATASET_BATCH}: dataset_fn makes one replica's batches, of "
+                f"input_context.get_per_replica_batch_size({DATASET_BATCH}) = {per_replica}.",
+            )
+            expect(
+                sizes == [per_replica, per_replica],
+                f"On 2 replicas step {step} gave the replicas {sizes} examples, not {per_replica} each "
+                f"(the end of an epoch of {EPOCH}, a short batch): batch with drop_remainder=True, so "
+                "that every step has a full global batch.",
+            )
+        first, second = (_first_examples(dataset_fn, i, 2) for i in (0, 1))
+        expect(
+            not first & second,
+            "With 2 input pipelines (2 workers), both read the same examples "
+            f"({len(first & second)} shared in their first batches): shard the dataset with "
+            "input_context.num_input_pipelines and input_context.input_pipeline_id.",
+        )
+        # Train on 2 replicas; one device takes the same examples in global batches, in order.
+        model, optimizer = _model_in_scope(strategy)
+        step_fn = replica_step(model, optimizer, DATASET_BATCH)
+
+        @tf.function
+        def train_step(inputs: Any) -> Any:
+            return strategy.reduce(
+                tf.distribute.ReduceOp.SUM, strategy.run(step_fn, args=(inputs,)), axis=None
+            )
+
+        before = compare.flat(model.trainable_variables)
+        iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+        for _ in range(TRAIN_STEPS):
+            train_step(next(iterator))
+        update = compare.flat(model.trainable_variables) - before
+        full = EPOCH // DATASET_BATCH * DATASET_BATCH
+        order = np.arange(TRAIN_STEPS * DATASET_BATCH) % full  # full batches, then the next epoch
+        reference = one_device_reference(features[order], labels[order], DATASET_BATCH)
+        mismatch = compare.mismatch(update, reference.update)
+        expect(
+            mismatch <= RTOL,
+            f"On 2 replicas the update after {TRAIN_STEPS} steps is "
+            f"{compare.factor(update, reference.update):.2f}x one device's with global batches of "
+            f"{DATASET_BATCH} in order (mismatch {mismatch:.1e}): do not shuffle or reorder here.",
+        )
+    passed(
+        "dataset_fn",
+        f"each replica {per_replica} examples, full batches, repeated, one shard per input pipeline; on "
+        "2 replicas the update of one device.",
+    )
+
+
+# --------------------------------------------------------------------------- pipelined_throughput
 
 
 def check_pipelined_throughput(pipelined_throughput: Callable[[float, float, bool], float]) -> None:
@@ -113,118 +357,3 @@ def check_pipelined_throughput(pipelined_throughput: Callable[[float, float, boo
             got = _number(pipelined_throughput(*args), "pipelined_throughput")
             expect(_close(got, want), f"pipelined_throughput{args} should be {want:,.1f}, got {got:,.1f}.")
     passed("pipelined_throughput", "the slower side sets the pace with prefetch; times add up without.")
-
-
-#: The epoch of exercise ``scaling_batches``: 6,000 examples, 32 per step on one device.
-EPOCH_EXAMPLES = 6_000
-ONE_DEVICE_BATCH = 32
-SCALING_KEYS = ("global_batch", "per_replica", "steps")
-
-
-def measure_batches(strategy: Any, global_batch: int, examples: int = EPOCH_EXAMPLES) -> dict[str, int]:
-    """Distribute one epoch of ``examples`` in global batches (last partial batch dropped) over
-    ``strategy`` and count: the global batch, the examples one replica gets, the steps."""
-    import tensorflow as tf
-
-    dataset = tf.data.Dataset.range(examples).batch(global_batch, drop_remainder=True)
-    steps, per_replica = 0, None
-    for batch in strategy.experimental_distribute_dataset(dataset):
-        if per_replica is None:
-            per_replica = int(strategy.experimental_local_results(batch)[0].shape[0])
-        steps += 1
-    return {"global_batch": global_batch, "per_replica": int(per_replica or 0), "steps": steps}
-
-
-def check_scaling_batches(prediction: Any) -> None:
-    """``prediction``: ``{"weak": {...}, "strong": {...}}``, each with ``global_batch``,
-    ``per_replica`` and ``steps`` for one epoch of 6,000 examples on 2 replicas, where one device
-    trains with batches of 32. Checked against a real distributed dataset on 2 replicas."""
-    import tensorflow as tf
-
-    from ..strategies import mirrored_cpus
-
-    with exercise("scaling_batches"):
-        expect(
-            isinstance(prediction, dict)
-            and set(prediction) == {"weak", "strong"}
-            and all(
-                isinstance(prediction[k], dict) and set(prediction[k]) == set(SCALING_KEYS)
-                for k in prediction
-            ),
-            'Set PREDICTION to {"weak": {"global_batch": ..., "per_replica": ..., "steps": ...}, '
-            f'"strong": {{...the same keys...}}}}, got {prediction!r}.',
-        )
-        one = measure_batches(tf.distribute.OneDeviceStrategy("/cpu:0"), ONE_DEVICE_BATCH)
-        two = mirrored_cpus(2, needed_by="The check of scaling_batches")
-        real = {
-            "weak": measure_batches(two, ONE_DEVICE_BATCH * 2),  # 32 per replica, as on one device
-            "strong": measure_batches(two, ONE_DEVICE_BATCH),  # the one-device global batch, split
-        }
-        print(
-            f"one device : global batch {one['global_batch']}, {one['per_replica']} per replica, {one['steps']} steps"
-        )
-        for kind in ("weak", "strong"):
-            r = real[kind]
-            print(
-                f"{kind:<6} x 2 : global batch {r['global_batch']}, {r['per_replica']} per replica, {r['steps']} steps"
-            )
-        weak, strong = prediction["weak"], prediction["strong"]
-        expect(
-            weak["global_batch"] != ONE_DEVICE_BATCH,
-            "weak: the global batch is not 32. Weak scaling keeps the per-replica batch (32): 2 "
-            "replicas take 2 x 32 examples per step.",
-        )
-        expect(
-            strong["per_replica"] != ONE_DEVICE_BATCH,
-            "strong: each replica does not get 32. Strong scaling keeps the global batch (32) and "
-            "splits it: each of 2 replicas gets half.",
-        )
-        for kind in ("weak", "strong"):
-            for key in SCALING_KEYS:
-                got, want = prediction[kind][key], real[kind][key]
-                if key == "steps" and got == one["steps"] and want != got:
-                    expect(
-                        False,
-                        f"{kind}: {got} steps is the one-device epoch. A step now takes a "
-                        f"global batch of {real[kind]['global_batch']}: {EPOCH_EXAMPLES:,} // "
-                        f"{real[kind]['global_batch']} steps.",
-                    )
-                expect(got == want, f"{kind}: {key} = {got!r}, measured on 2 replicas: {want}.")
-    passed("scaling_batches", "weak scaling doubles the global batch and halves the steps; strong splits it.")
-
-
-def reference_speedup_bound(compute_ms: float, overhead_ms: float, replicas: int) -> float:
-    """Strong scaling on ``replicas`` devices: the compute of a step is divided, the overhead is not."""
-    return (compute_ms + overhead_ms) / (compute_ms / replicas + overhead_ms)
-
-
-def check_speedup_bound(speedup_bound: Callable[[float, float, int], float]) -> None:
-    """``speedup_bound(compute_ms, overhead_ms, replicas)``: the best strong-scaling speed-up."""
-    with exercise("speedup_bound"):
-        got = _number(speedup_bound(8.0, 2.0, 4), "speedup_bound")
-        expect(
-            not _close(got, 4.0),
-            "4.0 is the ideal: it ignores the overhead. Only the compute is "
-            "divided among the replicas; the 2 ms of overhead stay in every step.",
-        )
-        expect(
-            not _close(got, 8.0 / (2.0 + 2.0)),
-            "On one device the step also pays the overhead: (compute + overhead) / (compute / n + overhead).",
-        )
-        expect(
-            not _close(got, 0.4),
-            "Your ratio is upside down: the speed-up is the one-device step "
-            "time over the n-replica step time, larger than 1.",
-        )
-        expect(
-            _close(got, 2.5),
-            f"8 ms of compute and 2 ms of overhead on 4 replicas: (8 + 2) / "
-            f"(8 / 4 + 2) = 2.5, got {got:.4g}.",
-        )
-        for args in [(10.0, 0.0, 8), (5.0, 5.0, 2), (100.0, 1.0, 64), (3.0, 1.0, 1)]:
-            got = _number(speedup_bound(*args), "speedup_bound")
-            want = reference_speedup_bound(*args)
-            expect(_close(got, want), f"speedup_bound{args} should be {want:.4g}, got {got:.4g}.")
-        many = _number(speedup_bound(8.0, 2.0, 10_000), "speedup_bound")
-        expect(many < 5.0, "With many replicas the bound approaches (compute + overhead) / overhead.")
-    passed("speedup_bound", "compute divided by n, overhead not: the bound is (c + o) / (c / n + o).")

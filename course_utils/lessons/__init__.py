@@ -7,7 +7,7 @@
 * :mod:`.diagnostics` - notebook 05
 * :mod:`.machines` - notebook 06
 * :mod:`.deploy` - notebook 07
-* :mod:`.loops`, :mod:`.bench`, :mod:`.parallelism` - notebook 09
+* :mod:`.parallelism` - notebook 09 (its loops are in its cells; the benchmark is ``course_tools.bench``)
 * :mod:`.capstone` - notebook 10
 
 Importing this package imports none of them.

@@ -1,4 +1,4 @@
-"""Notebook 09: measuring, each (loop, replicas) pair in a fresh process, taking turns."""
+"""The benchmark: measuring, each (loop, replicas) pair in a fresh process, taking turns."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from ...errors import CourseError, last_error_line
-from ...processes import last_result, print_result
+from course_utils.errors import CourseError, last_error_line
+from course_utils.processes import last_result, print_result
+
 from .flops import LayerFlops, MachineLimit, ModelFlops, machine_limit
 from .settings import BenchConfig, Measurement
 
@@ -27,7 +28,7 @@ def measure_here(
     after_run: Optional[Callable[[], None]] = None,
 ) -> Measurement:
     """Time one loop in this process, on this strategy (warm-up excluded)."""
-    from ..loops import make_trainer
+    from .loops import make_trainer
 
     trainer = make_trainer(
         loop,
@@ -117,10 +118,10 @@ def _child(spec: dict[str, Any]) -> None:
     """Run in a fresh process by :func:`measure_many`: set up the replicas, time, print one line."""
     turns = _Turns(**spec["turns"]) if spec.get("turns") else None
     try:
-        from ...data import FAST_SIZES, load_fashion_mnist
-        from ...devices import use_op_threads
-        from ...runtime import setup
-        from ...strategies import mirrored_cpus
+        from course_utils.data import FAST_SIZES, load_fashion_mnist
+        from course_utils.devices import use_op_threads
+        from course_utils.runtime import setup
+        from course_utils.strategies import mirrored_cpus
 
         setup(seed=42, show_report=False)
         replicas = int(spec["replicas"])
@@ -151,7 +152,7 @@ def _child(spec: dict[str, Any]) -> None:
 
 
 def _limit_child(size: int) -> None:
-    from ...runtime import setup
+    from course_utils.runtime import setup
 
     setup(seed=42, show_report=False)
     limit = machine_limit(size)
@@ -159,9 +160,9 @@ def _limit_child(size: int) -> None:
 
 
 def _run_child(call: str, *, replicas: int, timeout: float, what: str) -> dict[str, Any]:
-    from ...processes import run_python
+    from course_utils.processes import run_python
 
-    code = f"from course_utils.lessons.bench.measure import _child, _limit_child\n{call}\n"
+    code = f"from course_tools.bench.measure import _child, _limit_child\n{call}\n"
     # The child sets up its own devices: nothing of the caller's COURSE_* settings may leak in
     # (a notebook running under COURSE_REPLICAS=2 would otherwise split the CPU of every child).
     env = {"COURSE_OFFLINE": "1", "COURSE_STRATEGY": "default"}

@@ -1,4 +1,4 @@
-"""Notebook 09: what the machine can do at best, the float32 matmul rate and the FLOPs of a training step."""
+"""The benchmark: what the machine can do at best, the float32 matmul rate and the FLOPs of a training step."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def profiler_forward_flops(model: Any) -> Optional[int]:
     """FLOPs of one forward pass as TensorFlow's graph profiler counts them (a cross-check:
     it also counts bias additions and pooling). None when the profiler is not available."""
     try:
-        from ...runtime import import_tensorflow
+        from course_utils.runtime import import_tensorflow
 
         tf = import_tensorflow()
         from tensorflow.python.profiler import model_analyzer, option_builder
@@ -127,7 +127,7 @@ def matmul_gflops(size: int = 1024, repeats: int = 10, warmup: int = 2) -> float
     The fastest, not the median: this is the limit, what the hardware can do, and other
     programs on the machine only ever slow a run down.
     """
-    from ...runtime import import_tensorflow
+    from course_utils.runtime import import_tensorflow
 
     tf = import_tensorflow()
     a = tf.random.stateless_normal((size, size), seed=(1, 2))
@@ -148,7 +148,7 @@ def matmul_gflops(size: int = 1024, repeats: int = 10, warmup: int = 2) -> float
 
 def machine_limit(size: int = 1024, model: Any = None) -> MachineLimit:
     """Measure the matmul rate here and count the FLOPs of the custom-training CNN (in-process)."""
-    from ...models import custom_training_cnn
+    from course_utils.models import custom_training_cnn
 
     model = model or custom_training_cnn(seed=1)
     return MachineLimit(matmul_gflops(size), size, model_flops(model), profiler_forward_flops(model))

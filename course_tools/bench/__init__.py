@@ -1,8 +1,8 @@
-"""Notebook 09: the training loops of the course, timed side by side (`python -m course_tools.bench` runs it from a shell).
+"""``python -m course_tools.bench``: the course's training loops timed side by side (the loops notebook 09 writes in its cells).
 
 It trains the same model (:func:`course_utils.models.custom_training_cnn`) on the same data (the
 offline Fashion-MNIST stand-in, ``COURSE_OFFLINE=1``) with the three loops of
-:mod:`course_utils.lessons.loops` (``naive_ctl``, ``ctl``, ``fit``) on 1, 2 and 4 replicas (virtual CPUs),
+:mod:`.loops` (``naive_ctl``, ``ctl``, ``fit``) on 1, 2 and 4 replicas (virtual CPUs),
 and prints examples per second. How it measures:
 
 * each (loop, replicas) pair runs in a fresh process: TensorFlow fixes its devices when it starts,
@@ -31,23 +31,24 @@ and prints examples per second. How it measures:
 It also measures what this machine can do at best (the float32 matrix-multiply rate) and counts
 the model's floating-point operations per example, and reports each loop's share of that limit.
 With ``--json FILE`` it writes the rows ``{"loop", "replicas", "examples_per_s",
-"median_step_ms"}`` as a JSON list. Notebook 09 uses the same functions.
+"median_step_ms"}`` as a JSON list.
 
 ``--jobs 1`` runs the processes one after the other instead (no interleaving).
 
-What the loops share and what separates them is in :mod:`course_utils.lessons.loops`. One caveat:
+What the loops share and what separates them is in :mod:`.loops`. One caveat:
 ``naive_ctl`` iterates epoch after epoch as the tutorial does, and starting an epoch costs it a
 new distributed iterator and a refilled shuffle buffer (tenths of a second). With 60,000 images
 that happens every 938 / 469 / 235 steps on 1 / 2 / 4 replicas, so a few timed runs include it
 and the median mostly does not: if anything, the table flatters ``naive_ctl``.
 
 Its parts: :mod:`.settings` (the configuration and a measurement), :mod:`.measure` (fresh
-processes taking turns), :mod:`.flops` (the machine's limit) and :mod:`.report` (the table; the
-command line is ``python -m course_tools.bench``).
+processes taking turns), :mod:`.flops` (the machine's limit), :mod:`.report` (the table) and
+:mod:`.cli` (the command line).
 """
 
 from __future__ import annotations
 
+from .cli import main
 from .flops import (
     LayerFlops,
     MachineLimit,
@@ -81,6 +82,7 @@ __all__ = [
     "conv2d_flops",
     "dense_flops",
     "load_average",
+    "main",
     "machine_limit",
     "matmul_gflops",
     "measure_here",

@@ -1,4 +1,4 @@
-"""Notebook 09: three ways to train the same model, as functions that it and the benchmark time side by side.
+"""The benchmark's three ways to train the same model (notebook 09 writes the first two in its cells).
 
 Each ``make_*`` function builds the custom-training CNN, its optimizer and its input pipeline
 inside ``strategy.scope()`` and returns a :class:`Trainer`. ``trainer.run(steps)`` trains for
@@ -25,7 +25,7 @@ per-replica step too (:func:`replica_step`; ``fit`` uses Keras's own, which does
 what separates the loops is how often Python is involved and how the input is fed. Note that in
 TensorFlow 2.21 ``tf.data`` adds a ``prefetch`` to the tutorial's pipeline by itself (the
 ``inject_prefetch`` optimisation), so writing one gains little there. Taught in notebook 09; the
-benchmark is :mod:`course_utils.lessons.bench`.
+benchmark is :mod:`course_tools.bench`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..runtime import import_tensorflow as _tf
+from course_utils.runtime import import_tensorflow as _tf
 
 #: The loops, in the order tables show them.
 LOOPS: tuple[str, ...] = ("naive_ctl", "ctl", "fit")
@@ -172,7 +172,7 @@ def course_dataset(images: np.ndarray, labels: np.ndarray, global_batch: int, se
 def _model_and_optimizer(strategy: Any, seed: int, learning_rate: float) -> tuple[Any, Any]:
     import keras
 
-    from ..models import custom_training_cnn
+    from course_utils.models import custom_training_cnn
 
     with strategy.scope():
         model = custom_training_cnn(seed=seed)
@@ -186,7 +186,7 @@ def replica_step(strategy: Any, model: Any, optimizer: Any, global_batch: int) -
     the regularization loss scaled by the number of replicas, then one optimizer update."""
     import keras
 
-    from ..models import tutorial_train_step
+    from course_utils.models import tutorial_train_step
 
     with strategy.scope():
         accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")

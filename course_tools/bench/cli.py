@@ -1,7 +1,6 @@
-"""``python -m course_tools.bench [--json FILE]``: the course's training loops timed side by side.
+"""``python -m course_tools.bench [--json FILE]``: the command line of the benchmark.
 
-How it measures is said in :mod:`course_utils.lessons.bench`, which notebook 09 teaches with; this
-module is only its command line.
+How it measures is said in :mod:`course_tools.bench`; this module only reads the arguments.
 """
 
 from __future__ import annotations
@@ -13,7 +12,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from course_utils.errors import CourseError
-from course_utils.lessons.bench import BenchConfig, load_average, measure_limit, measure_many, report, rows
+
+from .measure import measure_limit, measure_many
+from .report import load_average, report, rows
+from .settings import BenchConfig
 
 
 def _int_list(values: Sequence[str]) -> tuple[int, ...]:

@@ -1,11 +1,12 @@
-"""Notebook 09: the benchmark's report (a table, the ratios between loops); its command line is ``python -m course_tools.bench``."""
+"""The benchmark's report: a table, the ratios between loops."""
 
 from __future__ import annotations
 
 import os
 from typing import Any, Iterable, Optional, Sequence
 
-from ...devices import cores
+from course_utils.devices import cores
+
 from .flops import MachineLimit
 from .settings import BenchConfig, Measurement
 

@@ -1,4 +1,4 @@
-"""Notebook 09: the benchmark's settings and what one measurement holds."""
+"""The benchmark's settings and what one measurement holds."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from ...errors import CourseError
-from ..loops import LOOPS
+from course_utils.errors import CourseError
+
+from .loops import LOOPS
 
 #: The thread settings besides a number (see :attr:`BenchConfig.threads`).
 THREAD_CHOICES: tuple[str, ...] = ("per-replica", "default")
@@ -62,7 +63,7 @@ class BenchConfig:
 
     def op_threads(self, replicas: int) -> Optional[int]:
         """Threads per operation for a run on ``replicas`` replicas (None: TensorFlow's default)."""
-        from ...devices import threads_per_replica
+        from course_utils.devices import threads_per_replica
 
         if self.threads == "default":
             return None
