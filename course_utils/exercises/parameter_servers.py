@@ -1,100 +1,368 @@
-"""Notebook 08: the checks of its exercises (parameter servers and central storage)."""
+"""Notebook 08: the checks of its exercises (parameter servers and central storage).
+
+The three coordinator checks run the student's code on the notebook's own in-process cluster
+(the ``strategy`` and ``coordinator`` it made) and compare with one device through
+:mod:`course_utils.compare`. Their steps are scheduled one at a time (``schedule`` then
+``fetch``) wherever weights are compared: asynchronous steps that overlap read stale weights, so
+only steps run in turn can equal one device's steps within float noise.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+import contextlib
+import gc
+from typing import Any, Callable, Iterator, Optional
 
+import numpy as np
+
+from .. import compare
 from ..checks import exercise, expect, passed
-from ..strategies import mirrored_cpus
+from ..devices import quiet_native_logs
+
+#: The examples and the batch of the coordinator checks: 16 rows of 8 features, batches of 4.
+ROWS, FEATURES, BATCH = 16, 8, 4
+#: Relative tolerance of an update against one device's (float noise of a few SGD steps is ~1e-7).
+RTOL = 1e-5
+#: What the checks scheduled on the cluster, kept alive: a per-worker dataset or step freed while the
+#: kernel is a coordinator makes TensorFlow print "Failed to remove function remotely" under a later cell.
+_KEEP: list[Any] = []
 
 
-def reference_shard_ranges(rows: int, num_shards: int) -> list[tuple[int, int]]:
-    """How ``ParameterServerStrategy`` cuts a variable's first axis into shards.
-
-    The same arithmetic as ``tensorflow/python/distribute/parameter_server_strategy_v2.py``
-    (``_create_variable``): never more shards than rows, and the first ``rows % shards`` shards
-    get one extra row.
-    """
-    shards = min(num_shards, rows)
-    base, extra = divmod(rows, shards)
-    ranges, start = [], 0
-    for i in range(shards):
-        size = base + (1 if i < extra else 0)
-        ranges.append((start, start + size))
-        start += size
-    return ranges
+@contextlib.contextmanager
+def _on_the_cluster(exercise_id: str) -> Iterator[None]:
+    """:func:`exercise`, with TensorFlow's native complaints about freed remote functions hidden
+    (objects the student's code dropped are freed inside, before the check returns)."""
+    with exercise(exercise_id), quiet_native_logs():
+        try:
+            yield
+        finally:
+            gc.collect()
 
 
-def check_shard_ranges(
-    shard_ranges: Callable[[int, int], list[tuple[int, int]]],
-    observed: Optional[dict[str, list]] = None,
-) -> None:
-    """``shard_ranges(rows, num_shards)`` -> ``[(start, stop), ...]`` as TensorFlow shards rows.
-
-    ``observed`` is the layout the notebook's parameter-server cluster reported.
-    """
-    with exercise("shard_ranges"):
-        for rows, shards in [(1000, 2), (10, 3), (10, 4), (7, 7), (3, 5), (1, 1), (12, 5)]:
-            got = [tuple(int(v) for v in r) for r in shard_ranges(rows, shards)]
-            want = reference_shard_ranges(rows, shards)
-            if len(got) != len(want) and shards > rows:
-                expect(
-                    False,
-                    f"shard_ranges({rows}, {shards}): a shard holds at least one row, so a "
-                    f"{rows}-row variable gets {rows} shards at most, not {len(got)}.",
-                )
-            sizes = [b - a for a, b in got]
-            if sorted(sizes) == sorted(b - a for a, b in want) and got != want:
-                expect(
-                    False,
-                    f"shard_ranges({rows}, {shards}) = {got}: right sizes, wrong order. "
-                    "TensorFlow gives the extra rows to the *first* shards.",
-                )
-            expect(
-                got == want,
-                f"shard_ranges({rows}, {shards}) should be {want}, got {got}. Cut the rows into "
-                "min(num_shards, rows) consecutive ranges; sizes differ by at most one, larger first.",
-            )
-        if observed:
-            for name, layout in observed.items():
-                rows = layout[-1][1]
-                real = [(int(a), int(b)) for a, b, _ in layout]
-                mine = [tuple(int(v) for v in r) for r in shard_ranges(rows, len(real))]
-                expect(mine == real, f"The cluster cut {name!r} into {real}; your function says {mine}.")
-    passed("shard_ranges", "your shards match the ones the parameter servers hold.")
+def _examples(rows: int = ROWS, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed regression problem; every row of ``x`` is distinct, so a row names its example."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, FEATURES)).astype("float32")
+    return x, (x @ rng.normal(size=(FEATURES, 1)) + 0.5).astype("float32")
 
 
-def check_count_copies(count_copies: Callable[[Any], int]) -> None:
-    """``count_copies(strategy)``: how many physical copies of one variable the strategy keeps."""
+def _model() -> Any:
+    import keras
+
+    return keras.Sequential(
+        [keras.Input((FEATURES,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)]
+    )
+
+
+def _weights() -> list[np.ndarray]:
+    """Fixed initial weights, drawn with NumPy: the notebook's global TensorFlow seed is left alone."""
+    rng = np.random.default_rng(compare.SEED)
+    return [rng.normal(scale=0.5, size=np.shape(w)).astype("float32") for w in _model().get_weights()]
+
+
+def _reference_step(strategy: Any, model: Any, optimizer: Any, metric: Any) -> Callable[[Any], Any]:
+    """One device's SGD step on the mean squared error (what :func:`compare.run` runs)."""
     import tensorflow as tf
 
-    from ..devices import cpu_count
+    def step(batch: Any) -> Any:
+        x, y = batch
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
 
-    with exercise("count_copies"):
-        got = count_copies(tf.distribute.get_strategy())
-        expect(int(got) == 1, f"The default strategy keeps 1 copy of a variable; your function says {got!r}.")
-        n = cpu_count()
-        if n >= 2:
-            devices = [f"/cpu:{i}" for i in range(n)]
-            mirrored = mirrored_cpus(n)
-            got = int(count_copies(mirrored))
+    return step
+
+
+def _one_device(x: np.ndarray, y: np.ndarray, weights: list[np.ndarray]) -> compare.Run:
+    """SGD(0.1) on one device, one step per ``BATCH`` rows of ``x``, in order."""
+    return compare.run(
+        compare.checking_strategy(1), _reference_step, (x, y), batch=BATCH, make_model=_model, weights=weights
+    )
+
+
+def _ps_model(strategy: Any, weights: list[np.ndarray]) -> tuple[Any, Any]:
+    """The checks' model and ``SGD(0.1)`` made in the parameter-server strategy's scope."""
+    import keras
+
+    with strategy.scope():
+        model = _model()
+        model.set_weights(weights)
+        optimizer = keras.optimizers.SGD(0.1)
+        optimizer.build(model.trainable_variables)
+    return model, optimizer
+
+
+def _expect_cluster(strategy: Any, coordinator: Any) -> None:
+    import tensorflow as tf
+
+    expect(
+        isinstance(strategy, tf.distribute.ParameterServerStrategy),
+        f"Pass the check the notebook's ParameterServerStrategy (strategy=...), not {type(strategy).__name__}.",
+    )
+    expect(
+        isinstance(coordinator, tf.distribute.coordinator.ClusterCoordinator),
+        "Pass the check the notebook's ClusterCoordinator (coordinator=...).",
+    )
+
+
+def _schedule(coordinator: Any, step: Any, iterator: Any) -> Any:
+    """``coordinator.schedule(step, args=(iterator,))`` with the hint for a plain Python function."""
+    try:
+        return coordinator.schedule(step, args=(iterator,))
+    except TypeError as error:
+        if "tf.function" in str(error):
             expect(
-                got == n,
-                f"MirroredStrategy over {n} CPUs keeps {n} copies (one per replica); your function says "
-                f"{got}. Create a tf.Variable inside strategy.scope() and count "
-                "strategy.experimental_local_results(variable). (A Keras 3 variable wraps the "
-                "tf.Variable: count its .value.)",
+                False,
+                "coordinator.schedule takes a tf.function: the coordinator sends the traced graph "
+                "to a worker. Decorate your step with @tf.function.",
             )
-            central = tf.distribute.experimental.CentralStorageStrategy(
-                compute_devices=devices, parameter_device="/cpu:0"
-            )
-            got = int(count_copies(central))
+        raise
+
+
+def check_ps_train_step(
+    make_train_step: Callable[..., Any], strategy: Any, coordinator: Any, steps: int = 3
+) -> None:
+    """``make_train_step(strategy, model, optimizer)`` -> a ``tf.function`` that takes a per-worker
+    iterator, runs one SGD step on the mean squared error of its next batch and returns the loss.
+
+    Scheduled ``steps`` times in turn on the notebook's cluster (one fixed batch, repeated), it
+    must move the weights as ``steps`` one-device steps on that batch do, within float noise.
+    """
+    import tensorflow as tf
+
+    with _on_the_cluster("ps_train_step"):
+        _expect_cluster(strategy, coordinator)
+        x, y = _examples(BATCH)
+        weights = _weights()
+        model, optimizer = _ps_model(strategy, weights)
+        step = make_train_step(strategy, model, optimizer)
+        expect(step is not None, "make_train_step must return the step function (a tf.function).")
+        iterator = iter(
+            coordinator.create_per_worker_dataset(lambda: tf.data.Dataset.from_tensors((x, y)).repeat())
+        )
+        _KEEP.extend([step, iterator, model, optimizer])
+        start = compare.flat(model.trainable_variables)
+        losses, first = [], None
+        for _ in range(steps):
+            losses.append(_schedule(coordinator, step, iterator).fetch())
+            first = compare.flat(model.trainable_variables) - start if first is None else first
+        update = compare.flat(model.trainable_variables) - start
+        reference = _one_device(np.tile(x, (steps, 1)), np.tile(y, (steps, 1)), weights)
+        f = compare.factor(first, reference.first_update)
+        expect(
+            np.any(update),
+            "The weights did not move: the step must apply its gradients "
+            "(optimizer.apply_gradients(zip(grads, model.trainable_variables))).",
+        )
+        if compare.mismatch(first, reference.first_update) > RTOL:
             expect(
-                got == 1,
-                f"CentralStorageStrategy keeps 1 copy, on its parameter device, however many replicas "
-                f"compute; your function says {got}.",
+                abs(f - BATCH) > 0.05 * BATCH,
+                f"The first step moved the weights {f:.2f}x as far as one device's: your loss is the "
+                f"sum over the batch of {BATCH}; average it (tf.nn.compute_average_loss).",
             )
-    passed("count_copies", "default 1, Mirrored one per replica, CentralStorage 1.")
+            expect(
+                abs(f - 0.5) > 0.025,
+                f"The first step moved the weights {f:.2f}x as far as one device's: you divided by "
+                "the batch times the workers. Under ParameterServerStrategy a step runs on one worker "
+                "on a whole batch (num_replicas_in_sync is 1): average over that batch.",
+            )
+            expect(
+                abs(f + 1) > 0.05,
+                "The weights moved away from the data: subtract the gradients (apply_gradients does).",
+            )
+            expect(
+                False,
+                f"The first step moved the weights {f:.2f}x as far as one device's SGD step on the "
+                f"mean squared error (mismatch {compare.mismatch(first, reference.first_update):.1e}).",
+            )
+        expect(
+            compare.mismatch(update, reference.update) <= RTOL,
+            f"{steps} scheduled steps moved the weights unlike {steps} one-device steps (mismatch "
+            f"{compare.mismatch(update, reference.update):.1e}) though the first matched.",
+        )
+        got = [np.asarray(v, np.float64) for v in losses]
+        expect(
+            all(v is not None for v in losses) and all(v.size == 1 for v in got),
+            "Return the loss from the step (one number: strategy.run's result, reduced with "
+            "strategy.reduce(tf.distribute.ReduceOp.SUM, ..., axis=None)).",
+        )
+        want = [v for v in reference.losses if v is not None]
+        expect(
+            np.allclose([float(v.reshape(-1)[0]) for v in got], want, rtol=1e-4),
+            f"The weights match one device, but the losses you return are "
+            f"{[round(float(v.reshape(-1)[0]), 4) for v in got]}, not {[round(v, 4) for v in want]}.",
+        )
+    passed("ps_train_step", f"{steps} scheduled steps move the weights as {steps} one-device SGD steps do.")
+
+
+def check_ps_schedule_loop(
+    run_steps: Callable[..., Any], strategy: Any, coordinator: Any, steps: int = 6
+) -> None:
+    """``run_steps(coordinator, step, iterator, steps)``: schedule ``steps`` steps, wait for all of
+    them, return their results as values (a list, in order).
+
+    The check's step adds its batch (the number 2.0) to a variable with ``assign_add``, which no
+    overlap can lose, and does some work, so that a loop that returns without waiting is caught
+    while its steps still run. ``steps`` of them on one device add ``2.0 x steps``.
+    """
+    import tensorflow as tf
+
+    with _on_the_cluster("ps_schedule_loop"):
+        _expect_cluster(strategy, coordinator)
+        with strategy.scope():
+            total = tf.Variable(0.0)
+            count = tf.Variable(0, dtype=tf.int64)
+        work = tf.random.stateless_normal((96, 96), seed=(1, 2))
+
+        @tf.function
+        def step(iterator: Any) -> Any:
+            value = next(iterator)
+            busy = tf.foldl(lambda a, _: tf.tanh(a @ work), tf.range(30), initializer=work)
+            total.assign_add(value + 0.0 * tf.reduce_sum(busy))
+            count.assign_add(1)
+            return value
+
+        iterator = iter(
+            coordinator.create_per_worker_dataset(lambda: tf.data.Dataset.from_tensors(2.0).repeat())
+        )
+        _KEEP.extend([step, iterator, total, count])
+        try:
+            results = run_steps(coordinator, step, iterator, steps)
+            finished = coordinator.done()
+        except AttributeError as error:
+            expect(
+                "iterator" not in str(error),
+                "Run each step with coordinator.schedule(step, args=(iterator,)): called directly, "
+                "step(iterator) runs on the coordinator, which holds none of the workers' datasets.",
+            )
+            raise
+        finally:
+            coordinator.join()
+        expect(
+            finished,
+            "Your loop returned while steps were still running: schedule() only queues a step. "
+            "Call coordinator.join() before you return.",
+        )
+        expect(
+            int(count.numpy()) == steps,
+            f"run_steps(..., steps={steps}) ran {int(count.numpy())} steps: schedule once per step.",
+        )
+        expect(
+            isinstance(results, (list, tuple)) and len(results) == steps,
+            f"Return the {steps} results in a list, one per step, not {type(results).__name__}.",
+        )
+        remote = [r for r in results if hasattr(r, "fetch")]
+        expect(
+            not remote,
+            "You returned RemoteValues (futures). After join(), read each with .fetch().",
+        )
+        one_device = tf.Variable(0.0)
+        plain = iter(tf.data.Dataset.from_tensors(2.0).repeat())
+        for _ in range(steps):
+            one_device.assign_add(next(plain))
+        expect(
+            abs(float(total.numpy()) - float(one_device.numpy())) < 1e-6,
+            f"The {steps} steps added {float(total.numpy()):g}; on one device they add "
+            f"{float(one_device.numpy()):g}.",
+        )
+        expect(
+            all(abs(float(np.asarray(r).reshape(-1)[0]) - 2.0) < 1e-6 for r in results),
+            f"Return what each step returned (2.0 each here), not {results!r}.",
+        )
+    passed("ps_schedule_loop", f"{steps} steps scheduled, joined and fetched; the same sum as one device.")
+
+
+def check_ps_input(make_iterator: Callable[..., Any], strategy: Any, coordinator: Any) -> None:
+    """``make_iterator(coordinator, x, y, batch)``: a per-worker iterator over ``(x, y)`` in batches
+    of ``batch``, repeated, shuffled differently on each worker.
+
+    The check runs more steps than one pass over the data holds (an iterator that is not
+    repeated ends), then SGD steps one at a time whose batches it replays on one device.
+    """
+    import tensorflow as tf
+
+    x, y = _examples()
+    rows = {tuple(r): i for i, r in enumerate(x.round(5).tolist())}
+    with _on_the_cluster("ps_input"):
+        _expect_cluster(strategy, coordinator)
+        try:
+            iterator = make_iterator(coordinator, x, y, BATCH)
+        except ValueError as error:
+            if "create_per_worker_dataset" in str(error):
+                expect(
+                    False,
+                    "A dataset made on the coordinator cannot feed the workers: build it inside a "
+                    "dataset_fn and pass that to coordinator.create_per_worker_dataset.",
+                )
+            raise
+        expect(
+            "PerWorker" in type(iterator).__name__,
+            f"Return iter(coordinator.create_per_worker_dataset(dataset_fn)), not a {type(iterator).__name__}.",
+        )
+        weights = _weights()
+        model, optimizer = _ps_model(strategy, weights)
+
+        @tf.function
+        def peek(iterator: Any) -> Any:
+            features, labels = next(iterator)
+            return features, labels, tf.distribute.coordinator.experimental_get_current_worker_index()
+
+        @tf.function
+        def train(iterator: Any) -> Any:
+            features, labels = next(iterator)
+            strategy.run(_reference_step(strategy, model, optimizer, None), args=((features, labels),))
+            return features, labels
+
+        _KEEP.extend([iterator, peek, train, model, optimizer])
+        epoch = -(-ROWS // BATCH)
+        try:
+            seen = [coordinator.schedule(peek, args=(iterator,)) for _ in range(2 * epoch + 2)]
+            coordinator.join()
+            seen = [r.fetch() for r in seen]
+        except tf.errors.OutOfRangeError:
+            expect(
+                False,
+                f"The iterator ran out after one pass over the data ({epoch} batches): a worker may "
+                "run any number of steps, so repeat() the dataset and count steps.",
+            )
+        sizes = sorted({len(features) for features, _, _ in seen})
+        expect(
+            sizes == [BATCH],
+            f"Your batches have {sizes} examples, not {BATCH}. Under ParameterServerStrategy a step "
+            "runs on one worker on a whole batch: do not divide the batch by the workers.",
+        )
+        for features, labels, _ in seen:
+            found = [rows.get(tuple(r)) for r in np.asarray(features).round(5).tolist()]
+            expect(None not in found, "Your batches hold examples that are not rows of x.")
+            index = [int(i) for i in found if i is not None]
+            expect(
+                np.allclose(np.asarray(labels), y[index], rtol=1e-6),
+                "Your batches pair rows of x with the wrong labels: keep (x, y) together in one dataset.",
+            )
+        firsts: dict[int, np.ndarray] = {}
+        for features, _, worker in seen:
+            firsts.setdefault(int(worker), np.asarray(features))
+        if len(firsts) > 1:
+            expect(
+                not np.array_equal(firsts[0], firsts[1]),
+                "Both workers read the same batches in the same order: each worker runs the same "
+                "dataset_fn, so a fixed seed (or the notebook's global seed) shuffles alike. Seed the "
+                "shuffle with tf.distribute.coordinator.experimental_get_current_worker_index().",
+            )
+        start = compare.flat(model.trainable_variables)
+        batches = [_schedule(coordinator, train, iterator).fetch() for _ in range(3)]
+        update = compare.flat(model.trainable_variables) - start
+        replay = _one_device(
+            np.concatenate([b[0] for b in batches]), np.concatenate([b[1] for b in batches]), weights
+        )
+        expect(
+            compare.mismatch(update, replay.update) <= RTOL,
+            f"3 steps on your batches moved the weights unlike one device on the same batches "
+            f"(mismatch {compare.mismatch(update, replay.update):.1e}).",
+        )
+    passed("ps_input", "per-worker batches of 4, repeated, shuffled per worker; 3 steps match one device.")
 
 
 #: The variables of the ``shards`` run (created in this order) and its partitioner.
@@ -156,7 +424,7 @@ def check_shard_count(prediction: Any, observed: Optional[dict[str, list]] = Non
             expect(
                 not (got == floor and floor <= SHARD_MAX),
                 f"{key}: {kib:g} KiB / 16 KiB = {kib / 16:.2f}, and you rounded down to {got}. "
-                f"TensorFlow rounds the count up (section 5: 125 KiB with 64 KiB made 2 shards of "
+                f"TensorFlow rounds the count up (section 6: 125 KiB with 64 KiB made 2 shards of "
                 f"62.5 KiB each), then caps it by max_shards. The cluster made {real}.",
             )
             expect(
