@@ -131,64 +131,83 @@ def test_padded_loss_without_penalty(right_loss) -> None:
     fails_with(ex.check_padded_loss, lambda l, g, m, p: right_loss(l, g, m, []), "without the penalties")
 
 
-# --------------------------------------------------------------------------- padded_train_step
+# --------------------------------------------------------------------------- per_replica_dataset_fn
 
 
-def make_factory(tf, loss_fn, *, masked_metric=True):
-    def make_train_step(model, optimizer, accuracy):
-        def train_step(inputs):
-            images, labels, mask = inputs
-            with tf.GradientTape() as tape:
-                logits = model(images, training=True)
-                loss = loss_fn(labels, logits, mask, model.losses)
-            gradients = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-            accuracy.update_state(labels, logits, sample_weight=mask if masked_metric else None)
-            return loss
+def make_dataset_factory(tf, how="right"):
+    def make_dataset_fn(images, labels, global_batch_size):
+        def dataset_fn(input_context):
+            dataset = tf.data.Dataset.from_tensor_slices((images, labels))
+            per_replica = input_context.get_per_replica_batch_size(global_batch_size)
+            if how == "right":
+                dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+            elif how == "shard_by_replicas":
+                dataset = dataset.shard(input_context.num_replicas_in_sync, input_context.input_pipeline_id)
+            elif how == "global_batch":
+                dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+                per_replica = global_batch_size
+            elif how == "shuffled":
+                dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+                dataset = dataset.shuffle(len(labels))
+            return dataset.batch(per_replica)
 
-        return train_step
+        return dataset_fn
 
-    return make_train_step
-
-
-def test_padded_train_step_passes(tf, right_loss, capsys) -> None:
-    ex.check_padded_train_step(make_factory(tf, right_loss))
-    assert "[pass] padded_train_step" in capsys.readouterr().out
-
-
-def test_padded_train_step_blank() -> None:
-    def make_train_step(model, optimizer, accuracy):
-        def train_step(inputs):
-            raise NotImplementedError("Exercise padded_train_step: replace this line with your code")
-
-        return train_step
-
-    fails_with(ex.check_padded_train_step, make_train_step, "Exercise padded_train_step is not done yet")
+    return make_dataset_fn
 
 
-def test_padded_train_step_blank_compute_loss(tf) -> None:
+def test_dataset_fn_passes(tf, capsys) -> None:
+    ex.check_per_replica_dataset_fn(make_dataset_factory(tf))
+    assert "[pass] per_replica_dataset_fn" in capsys.readouterr().out
+
+
+def test_dataset_fn_blank() -> None:
+    def make_dataset_fn(images, labels, global_batch_size):
+        raise NotImplementedError("Exercise per_replica_dataset_fn: replace this line with your code")
+
+    fails_with(ex.check_per_replica_dataset_fn, make_dataset_fn, "is not done yet")
+
+
+def test_dataset_fn_global_batch(tf) -> None:
+    """Right on one device: every replica gets the whole global batch on two."""
     fails_with(
-        ex.check_padded_train_step, make_factory(tf, blank), "exercise padded_loss, which is not done yet"
+        ex.check_per_replica_dataset_fn,
+        make_dataset_factory(tf, "global_batch"),
+        "On 2 replicas",
+        "8 examples per step, 16 in all",
+        "get_per_replica_batch_size",
     )
 
 
-def test_padded_train_step_unmasked_accuracy(tf, right_loss) -> None:
+def test_dataset_fn_shard_by_replicas(tf) -> None:
+    """Right on one device (one replica: shard(1, 0)); on two, half of the examples are skipped."""
     fails_with(
-        ex.check_padded_train_step,
-        make_factory(tf, right_loss, masked_metric=False),
-        "counted the 5 padding examples",
-        "mask",
+        ex.check_per_replica_dataset_fn,
+        make_dataset_factory(tf, "shard_by_replicas"),
+        "On 2 replicas",
+        "skipped or reordered",
+        "num_input_pipelines (not num_replicas_in_sync)",
     )
 
 
-def test_padded_train_step_own_count_loss(tf, loss_object) -> None:
-    """The padded_loss mistake seen through the step: right on one device, off on 2 replicas."""
+def test_dataset_fn_no_shard(tf) -> None:
+    """Right on one worker: caught only with two input pipelines (two workers)."""
+    fails_with(
+        ex.check_per_replica_dataset_fn,
+        make_dataset_factory(tf, "no_shard"),
+        "2 input pipelines",
+        "trained on twice",
+        "dataset.shard(",
+    )
 
-    def own_count(labels, logits, mask, model_losses):
-        loss = tf.reduce_sum(loss_object(labels, logits) * mask) / tf.reduce_sum(mask)
-        return loss + tf.nn.scale_regularization_loss(tf.add_n(model_losses))
 
-    fails_with(ex.check_padded_train_step, make_factory(tf, own_count), "On 2 replicas", "the update is")
+def test_dataset_fn_shuffled(tf) -> None:
+    fails_with(
+        ex.check_per_replica_dataset_fn,
+        make_dataset_factory(tf, "shuffled"),
+        "skipped or reordered",
+        "shuffle",
+    )
 
 
 # --------------------------------------------------------------------------- distributed_test_step

@@ -14,7 +14,8 @@ model's penalties, the accuracy over them.
 * ``adam_update_factor``: predict by how much Adam's first update moves when every gradient is
   doubled (a ``tf.reduce_mean`` loss on 2 replicas); measured by :func:`adam_update_factor`.
 * ``padded_loss``: ``compute_loss(labels, logits, mask, model_losses)``, one replica's share.
-* ``padded_train_step``: ``make_train_step(model, optimizer, accuracy)`` -> ``train_step(inputs)``.
+* ``per_replica_dataset_fn``: ``make_dataset_fn(images, labels, global_batch_size)`` ->
+  ``dataset_fn(input_context)`` for ``strategy.distribute_datasets_from_function``.
 * ``distributed_test_step``: ``make_distributed_test_step(strategy, model, loss_metric, accuracy)``.
 """
 
@@ -39,6 +40,9 @@ REAL = 11
 REAL_ONE_SIDED = 6
 #: Learning rate of the Adam comparison (the tutorial's).
 ADAM_LEARNING_RATE = 0.001
+#: The dataset_fn check: 24 examples in global batches of 8 (4 per replica on 2 replicas, 2 per
+#: replica when 2 input pipelines feed 4 replicas).
+DATASET_EXAMPLES, DATASET_GLOBAL_BATCH = 24, 8
 #: Examples of the evaluation check (padded to 48 = 3 batches of 16; the last: 8 real + 8 padding).
 EVAL_EXAMPLES = 40
 
@@ -61,7 +65,7 @@ def _two_replicas() -> Any:
 def _unfinished_dependency(error: NotImplementedError, own_id: str) -> None:
     """Raise a clear hint when the placeholder that fired belongs to another exercise."""
     text = str(error)
-    for other in ("padded_loss", "padded_train_step", "distributed_test_step"):
+    for other in ("padded_loss", "distributed_test_step"):
         if other != own_id and f"Exercise {other}:" in text:
             raise ExerciseError(
                 f"your code calls the function of exercise {other}, which is not done yet. "
@@ -87,15 +91,6 @@ def _scalar(value: Any, what: str) -> float:
     return float(array)
 
 
-def padded(images: np.ndarray, labels: np.ndarray, real: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The first ``real`` examples, then padding (blank images, label 0, mask 0) up to the same size."""
-    images, labels = images.copy(), labels.copy()
-    images[real:] = 0.0
-    labels[real:] = 0
-    mask = (np.arange(len(labels)) < real).astype(np.float32)
-    return images, labels, mask
-
-
 # --------------------------------------------------------------------------- adam_update_factor
 
 
@@ -109,7 +104,6 @@ def _adam_step(strategy: Any, make_train_step: Callable[..., Any]) -> np.ndarray
         labels,
         ADAM_LEARNING_RATE,
         optimizer="adam",
-        build_optimizer=True,
     )
     return result.update
 
@@ -168,7 +162,8 @@ def check_adam_update_factor(prediction: Any) -> None:
             )
     passed(
         "adam_update_factor",
-        f"measured {measured:.2f}: Adam's update hardly moves when every gradient doubles.",
+        f"measured {measured:.2f} on the check's batch: Adam's update hardly moves when every "
+        "gradient doubles.",
     )
 
 
@@ -309,103 +304,100 @@ def check_padded_loss(compute_loss: Callable[[Any, Any, Any, Any], Any]) -> None
     )
 
 
-# --------------------------------------------------------------------------- padded_train_step
+# --------------------------------------------------------------------------- per_replica_dataset_fn
 
 
-def padded_reference(
-    weights: list,
-    images: np.ndarray,
-    labels: np.ndarray,
-    mask: np.ndarray,
-    learning_rate: float = ref.CHECK_LEARNING_RATE,
-) -> compare.Run:
-    """One SGD step on one device on the real examples only (the padding left out)."""
-    real = mask > 0
-    return ref.reference_step(weights, images[real], labels[real], learning_rate)
+def _example_ids(element: Any, what: str) -> list[int]:
+    """The labels of one batch (the check's labels are the examples' indices, to follow each one)."""
+    expect(
+        isinstance(element, (tuple, list)) and len(element) == 2,
+        f"{what} should be an (images, labels) pair, got {type(element).__name__}: build the "
+        "dataset with tf.data.Dataset.from_tensor_slices((images, labels)).",
+    )
+    return [int(i) for i in np.asarray(element[1]).ravel()]
 
 
-def run_padded_step(
-    strategy: Any,
-    make_train_step: Callable[[Any, Any, Any], Any],
-    weights: list,
-    images: np.ndarray,
-    labels: np.ndarray,
-    mask: np.ndarray,
-) -> compare.Run:
-    """One step of ``make_train_step(model, optimizer, accuracy)`` under ``strategy`` (SGD)."""
-    import keras
-
-    try:
-        return compare.run(
-            strategy,
-            lambda strategy, model, optimizer, accuracy: make_train_step(model, optimizer, accuracy),
-            [images, labels, mask],
-            make_model=ref.check_model,
-            weights=weights,
-            make_optimizer=lambda: keras.optimizers.SGD(ref.CHECK_LEARNING_RATE),
-            make_metric=lambda: keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
-        )
-    except ExerciseError as error:  # a loss that is not one number
-        raise ExerciseError(f"{error} (summed over the replicas)") from None
+def _replica_batches(strategy: Any, dataset_fn: Callable[[Any], Any]) -> list[list[list[int]]]:
+    """Step by step, replica by replica: the examples ``distribute_datasets_from_function`` hands out."""
+    steps = []
+    for inputs in strategy.distribute_datasets_from_function(dataset_fn):
+        parts = [strategy.experimental_local_results(v) for v in inputs]
+        steps.append([_example_ids(pair, "An element of your dataset") for pair in zip(*parts)])
+    return steps
 
 
-def check_padded_train_step(make_train_step: Callable[[Any, Any, Any], Any]) -> None:
-    """``make_train_step(model, optimizer, accuracy)`` returns ``train_step((images, labels, mask))``:
-    on 1 device and on 2 replicas, the update, loss and accuracy of one device on the real examples."""
+def _preview(ids: list[int]) -> str:
+    return str(ids) if len(ids) <= 8 else f"[{', '.join(map(str, ids[:6]))}, ...]"
+
+
+def check_per_replica_dataset_fn(make_dataset_fn: Callable[[Any, Any, int], Any]) -> None:
+    """``make_dataset_fn(images, labels, global_batch_size)`` returns ``dataset_fn(input_context)``:
+    on one device and on 2 replicas every step holds one device's global batch; two input pipelines
+    (two workers) read disjoint halves in batches of the per-replica size."""
     tf = _tf()
-    with exercise("padded_train_step"):
-        weights = ref.initial_weights()
-        images, labels, mask = padded(*ref.check_batch(ref.CHECK_BATCH), REAL)
-        reference = padded_reference(weights, images, labels, mask)
-        all_slots = ref.reference_step(weights, images, labels)
+    with exercise("per_replica_dataset_fn"):
+        n, g = DATASET_EXAMPLES, DATASET_GLOBAL_BATCH
+        images = ref.check_batch(n, seed=2)[0]
+        dataset_fn = make_dataset_fn(images, np.arange(n, dtype=np.int64), g)
+        expect(
+            callable(dataset_fn),
+            f"make_dataset_fn should return a function of input_context, got {type(dataset_fn).__name__}.",
+        )
+        one_device = [list(range(i, min(i + g, n))) for i in range(0, n, g)]
 
         for strategy, where in (
             (tf.distribute.get_strategy(), "On one device,"),
             (_two_replicas(), "On 2 replicas,"),
         ):
-            try:
-                result = run_padded_step(strategy, make_train_step, weights, images, labels, mask)
-            except NotImplementedError as error:
-                _unfinished_dependency(error, "padded_train_step")
-                raise
-            if np.allclose(result.update, 0.0):
-                raise ExerciseError(f"{where} the weights did not change: apply the gradients of the loss.")
-            if not ref.same(result.update, reference.update):
-                f = ref.factor(result.update, reference.update)
+            steps = _replica_batches(strategy, dataset_fn)
+            got = [sorted(i for part in step for i in part) for step in steps]
+            if got == one_device:
+                continue
+            sizes = [len(part) for part in steps[0]] if steps else []
+            if sum(sizes) > g:
                 raise ExerciseError(
-                    f"{where} the update is {f:.2f}x the single-device update on the {REAL} real "
-                    "examples, and not parallel to it. Take the gradient of your compute_loss "
-                    "(inputs carry the mask) inside the GradientTape, with training=True, and "
-                    "apply it once. If padded_loss passed, check that the mask reaches it."
+                    f"{where} each replica got {sizes[0]} examples per step, {sum(sizes)} in all where "
+                    f"one device's global batch holds {g}: batch by the replica's share, "
+                    "input_context.get_per_replica_batch_size(global_batch_size)."
                 )
-            expect_close(
-                result.loss,
-                reference.loss,
-                f"{where} the loss your step returns (summed over the replicas) should be "
-                "the single-device loss on the real examples: return what compute_loss "
-                "gave you.",
-                rtol=1e-4,
+            raise ExerciseError(
+                f"{where} step 1 holds the examples {_preview(got[0] if got else [])}, one device's "
+                f"first global batch {_preview(one_device[0])}: examples are skipped or reordered. "
+                "Within one worker every replica reads the one input pipeline, so shard by "
+                "input_context.num_input_pipelines (not num_replicas_in_sync), and do not shuffle here."
             )
-            if (
-                abs(result.metrics[0] - all_slots.metrics[0]) < 1e-6
-                and abs(all_slots.metrics[0] - reference.metrics[0]) > 1e-6
-            ):
-                raise ExerciseError(
-                    f"{where} the accuracy reads {result.metrics[0]:.4f}: it counted the "
-                    f"{ref.CHECK_BATCH - REAL} padding examples as if they were real (expected "
-                    f"{reference.metrics[0]:.4f}, over the {REAL} real ones). A metric takes the "
-                    "mask too."
-                )
+
+        # Two input pipelines, as on 2 workers of 2 replicas each.
+        read = []
+        for k in range(2):
+            context = tf.distribute.InputContext(
+                num_input_pipelines=2, input_pipeline_id=k, num_replicas_in_sync=4
+            )
+            batches = [_example_ids(b, "An element of your dataset") for b in dataset_fn(context)]
+            sizes = sorted({len(b) for b in batches})
             expect(
-                abs(result.metrics[0] - reference.metrics[0]) < 1e-6,
-                f"{where} the accuracy metric reads {result.metrics[0]:.4f} after the step, expected "
-                f"{reference.metrics[0]:.4f} (the {REAL} real examples): update it once per step, "
-                "inside train_step.",
+                sizes == [g // 4],
+                f"With 4 replicas in sync (2 workers), pipeline {k} made batches of {sizes}: each "
+                f"replica's batch is input_context.get_per_replica_batch_size({g}) = {g // 4}.",
             )
+            read.append({i for b in batches for i in b})
+        both = sorted(read[0] & read[1])
+        if both:
+            raise ExerciseError(
+                f"with 2 input pipelines (2 workers), both read the examples {_preview(both)}: every "
+                "example would be trained on twice per epoch. Shard first: dataset.shard("
+                "input_context.num_input_pipelines, input_context.input_pipeline_id)."
+            )
+        missing = sorted(set(range(n)) - read[0] - read[1])
+        expect(
+            not missing,
+            f"With 2 input pipelines (2 workers), no pipeline reads the examples {_preview(missing)}: "
+            "shard by input_context.num_input_pipelines and input_context.input_pipeline_id.",
+        )
     passed(
-        "padded_train_step",
-        "1 device and 2 replicas both apply the single-device update "
-        "of the real examples and count only them.",
+        "per_replica_dataset_fn",
+        "on 1 device and on 2 replicas every step holds one device's global batch; two input "
+        "pipelines read disjoint halves in per-replica batches.",
     )
 
 

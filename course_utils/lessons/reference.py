@@ -1,10 +1,10 @@
-"""Notebook 04 (custom training loops): the single-device reference step and the check batch.
+"""Notebook 04's checks and the doctor: the single-device reference step and the check batch.
 
-A custom training step can be right on one replica and wrong on two (a ``tf.reduce_mean`` loss,
-an unscaled penalty). Notebook 04 runs a step from the same weights on the same global batch once
-on 2 replicas and once written out on one device (:func:`reference_step`), and compares the
-updates with :mod:`course_utils.compare` (its :func:`checking_strategy`, :func:`factor` and
-:func:`run`, re-exported here). :func:`step_with_loss` makes a step around any loss function.
+Notebook 04 writes its one-step program in its cells (``one_step``) and compares 2 replicas with
+one device there. This module is the same comparison for the checks (notebooks 04 and 10) and the
+doctor: :func:`reference_step` is one SGD step written out on one device, :func:`run_train_step`
+runs a step factory on a strategy through :mod:`course_utils.compare`, :func:`step_with_loss`
+makes a step factory around any loss function.
 """
 
 from __future__ import annotations
@@ -13,15 +13,10 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from ..compare import (  # noqa: F401 - notebook 04 uses them from here
-    Run,
-    checking_strategy,
-    factor,
-    flat,
-    run,
-)
-from ..errors import stable_error_line as stable_error_line  # notebook 04 calls it from here
-from ..models import tutorial_train_step  # noqa: F401 - the right step, compared with here (notebook 04)
+from ..compare import Run, flat, run
+from ..compare import checking_strategy as checking_strategy  # the doctor calls them from here
+from ..compare import factor as factor
+from ..models import tutorial_train_step as tutorial_train_step  # the right step (checks, doctor)
 from ..runtime import import_tensorflow as _tf
 
 #: Examples in the check batch; L2 factor of the check model (large, so a penalty counted twice
@@ -82,11 +77,10 @@ def run_train_step(
     learning_rate: float = CHECK_LEARNING_RATE,
     *,
     optimizer: str = "sgd",
-    build_optimizer: bool = True,
 ) -> Run:
     """One step of ``make_train_step(model, optimizer, accuracy, global_batch_size)`` under
-    ``strategy`` from ``weights`` (the check model; ``"sgd"`` or ``"adam"``; ``build_optimizer``
-    creates its variables in the scope first, keras-team/keras#23085)."""
+    ``strategy`` from ``weights`` (the check model; ``"sgd"`` or ``"adam"``, built in the scope:
+    keras-team/keras#23085)."""
     import keras
 
     if optimizer not in ("sgd", "adam"):
@@ -100,7 +94,6 @@ def run_train_step(
         weights=weights,
         make_optimizer=lambda: make(learning_rate),
         make_metric=lambda: keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
-        build_optimizer=build_optimizer,
     )
 
 
