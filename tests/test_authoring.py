@@ -91,6 +91,20 @@ def test_the_setup_cell_splits_the_cpus_its_notebook_needs() -> None:
             authoring.student_version(master, "01_x.ipynb", CONFIG)
 
 
+def test_the_setup_cell_chooses_the_keras_backend() -> None:
+    """metadata.course.backend of the set-up cell becomes course_utils.setup(backend=...), which sets
+    KERAS_BACKEND before Keras is imported (notebook 11); TensorFlow needs no argument."""
+    master = _master()
+    master.cells[2].metadata["course"].update({"backend": "jax", "cpus": 2})
+    rendered = authoring._render_headers(master, "01_x.ipynb", "solutions", CONFIG)
+    assert rendered.cells[2].source.endswith('settings = course_utils.setup(backend="jax", cpus=2)')
+    master.cells[2].metadata["course"] = {"role": "setup", "backend": "tensorflow"}
+    assert authoring.setup_arguments(master.cells[2]) == ""
+    master.cells[2].metadata["course"]["backend"] = "torch"
+    with pytest.raises(authoring.AuthoringError, match="backend must be one of tensorflow, jax"):
+        authoring.student_version(master, "01_x.ipynb", CONFIG)
+
+
 def test_every_master_splits_the_cpus_in_its_setup_cell_only() -> None:
     """The masters ask for their virtual CPUs in the set-up cell; no later cell splits the CPU
     again, except notebook 00's lesson on use_virtual_cpus itself."""
@@ -296,16 +310,22 @@ def test_the_cell_rules_catch_a_long_cell_and_a_buried_heading() -> None:
     ]
 
 
-#: The markdown of all masters, in words: at least 30% below the 27,867 words the course had
-#: before its cells were cut to one idea each (material not about distribution is in docs/appendix/).
-MARKDOWN_BUDGET = 19_500
+#: Markdown per master, in words. The cut to one idea per cell brought the 11 notebooks from 27,867
+#: words to under 19,500 (1,773 a notebook); the measured topics and the exercises in which students
+#: write code added since (fit on uneven batches, preemption, export, BatchNorm, randomness per
+#: replica, add_loss, distributed predict, InputOptions, the TPU-ready loop, the survivor's error)
+#: and notebook 11 are budgeted at 2,100 words a notebook on average, 3,200 at most for one.
+WORDS_PER_NOTEBOOK, WORDS_AT_MOST = 2_100, 3_200
 
 
 def test_the_course_reads_in_its_word_budget() -> None:
-    total = sum(
-        authoring.markdown_total(nbformat.read(p, as_version=4)) for p in (ROOT / "solutions").glob("*.ipynb")
-    )
-    assert total <= MARKDOWN_BUDGET, f"{total} words of markdown; the budget is {MARKDOWN_BUDGET}"
+    words = {
+        p.name: authoring.markdown_total(nbformat.read(p, as_version=4))
+        for p in (ROOT / "solutions").glob("*.ipynb")
+    }
+    budget = WORDS_PER_NOTEBOOK * len(words)
+    assert sum(words.values()) <= budget, f"{sum(words.values())} words of markdown; the budget is {budget}"
+    assert [name for name, n in words.items() if n > WORDS_AT_MOST] == []
 
 
 def test_every_concept_the_course_named_is_still_taught() -> None:
