@@ -119,3 +119,18 @@ def test_without_pyyaml_the_manifests_are_json(monkeypatch) -> None:
     text = deploy.kubernetes_yaml(cluster_spec(workers=2))
     assert text.lstrip().startswith("[")
     assert [d["kind"] for d in deploy.parse_text(text)] == ["Service", "Job"]
+
+
+def test_deployments_give_every_task_the_launchers_tf_config() -> None:
+    """What notebook 07's section 12 prints: one file per engine, each task's TF_CONFIG checked."""
+    local = cluster_spec(workers=2, ports=[41001, 41002])
+    jobs = deploy.deployments(local)
+    assert [job.engine for job in jobs] == ["kubernetes", "vertex", "slurm"]
+    assert [job.file for job in jobs] == ["trainer.yaml", "vertex_job.yaml", "trainer.sbatch"]
+    for job in jobs:
+        assert job.derived == job.expected, job.engine
+        assert set(job.derived) == {"worker 0", "worker 1"}
+        assert job.text.strip()
+    assert jobs[0].derived["worker 1"]["cluster"] == {
+        "worker": ["trainer-0.trainer:2222", "trainer-1.trainer:2222"]
+    }

@@ -1,309 +1,345 @@
-"""Notebook 07: the checks of its exercises (multi-worker training)."""
+"""Notebook 07: the checks of its exercises (multi-worker training).
+
+The exercises are parts of the notebook's worker program (``train.py``, written by a
+``%%writefile`` cell): its input function, its training step and its resume point. The checks load
+that file as a module, without running its ``main``, and judge each function: the input and the
+step on 2 replicas against one device (:mod:`course_utils.compare`), the resume point on the
+restarted clusters of the notebook.
+"""
 
 from __future__ import annotations
 
-import ast
-import json
-import os
+import importlib.util
+import sys
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from types import ModuleType
+from typing import Any, Sequence
 
 import numpy as np
 
-from ..checks import exercise, expect, passed
+from .. import compare
+from ..checks import exercise, expect, expect_close, passed
+from ..runtime import import_tensorflow
 
 
-def _resolver_for(config_text: str) -> Any:
-    """What TensorFlow itself reads from a TF_CONFIG string."""
-    import tensorflow as tf
-
-    saved = os.environ.get("TF_CONFIG")
-    os.environ["TF_CONFIG"] = config_text
-    try:
-        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        return resolver.task_type, resolver.task_id, resolver.cluster_spec().as_dict()
-    finally:
-        if saved is None:
-            os.environ.pop("TF_CONFIG", None)
-        else:
-            os.environ["TF_CONFIG"] = saved
-
-
-def check_tf_config(tf_config: Callable[[Sequence[str], int], str]) -> None:
-    """``tf_config(workers, index)``: the TF_CONFIG string of worker ``index``."""
-    with exercise("tf_config"):
-        workers = ["host-a:2222", "host-b:2222", "host-c:2222"]
-        text = tf_config(list(workers), 2)
-        expect(
-            isinstance(text, str),
-            f"Return a string (got {type(text).__name__}): TF_CONFIG is an environment variable, "
-            "so the dictionary must be turned into JSON text with json.dumps(...).",
-        )
-        try:
-            config = json.loads(text)
-        except json.JSONDecodeError:
-            expect(False, "The string is not valid JSON: build a dictionary and return json.dumps(it).")
-        expect(
-            isinstance(config, dict) and set(config) >= {"cluster", "task"},
-            "TF_CONFIG needs two keys: 'cluster' (every task's address, by job) and 'task' "
-            "(which one this process is).",
-        )
-        expect(
-            config["cluster"] == {"worker": workers},
-            f"'cluster' should be {{'worker': {workers}}}: the same full list of addresses on every "
-            f"worker, in the same order; got {config['cluster']!r}.",
-        )
-        expect(
-            config["task"] == {"type": "worker", "index": 2},
-            f"'task' should be {{'type': 'worker', 'index': 2}} for index 2 (an int, not a string); "
-            f"got {config['task']!r}.",
-        )
-        task_type, task_id, spec = _resolver_for(text)
-        expect(
-            (task_type, task_id) == ("worker", 2) and spec == {"worker": workers},
-            f"TFConfigClusterResolver read task {task_type} {task_id} and cluster {spec}: not what you meant.",
-        )
-        other = json.loads(tf_config(list(workers), 0))
-        expect(
-            other["cluster"] == config["cluster"] and other["task"]["index"] == 0,
-            "Every worker gets the same 'cluster'; only 'task' changes from one worker to the next.",
-        )
-    passed("tf_config", "TensorFlow reads your TF_CONFIG as worker 2 of a 3-worker cluster.")
-
-
-def check_batch_sizes(batch_sizes: Callable[[int, int, int], tuple[int, int]]) -> None:
-    """``batch_sizes(per_replica, workers, replicas_per_worker)`` -> ``(global, per_worker)``."""
-    import tensorflow as tf
-
-    with exercise("batch_sizes"):
-        for per_replica, workers, local in [(8, 2, 1), (32, 4, 2), (64, 1, 8), (16, 3, 4)]:
-            got = batch_sizes(per_replica, workers, local)
-            expect(
-                isinstance(got, tuple) and len(got) == 2,
-                f"Return a tuple (global_batch, per_worker_batch); got {got!r}.",
-            )
-            global_batch, per_worker = (int(v) for v in got)
-            want = (per_replica * workers * local, per_replica * local)
-            if global_batch == per_replica * local and workers > 1:
-                expect(
-                    False,
-                    f"batch_sizes({per_replica}, {workers}, {local}): the global batch "
-                    f"{global_batch} counts only one worker's replicas. It spans every replica of "
-                    "every worker: per_replica x workers x replicas_per_worker.",
-                )
-            expect(
-                (global_batch, per_worker) == want,
-                f"batch_sizes({per_replica}, {workers}, {local}) should be {want}, got {got!r}. "
-                "The global batch spans every replica of every worker; each worker's pipeline "
-                "delivers the batches of its own replicas.",
-            )
-            # What TensorFlow computes from the global batch on each input pipeline (one per worker).
-            context = tf.distribute.InputContext(
-                num_input_pipelines=workers, input_pipeline_id=0, num_replicas_in_sync=workers * local
-            )
-            expect(
-                context.get_per_replica_batch_size(global_batch) == per_replica,
-                f"TensorFlow splits a global batch of {global_batch} into a per-replica batch of "
-                f"{context.get_per_replica_batch_size(global_batch)}, not {per_replica}.",
-            )
-    passed("batch_sizes", "global batch = per-replica batch x all replicas of all workers.")
-
-
-def _reference_examples(count: int, global_batch: int, workers: int, worker: int, policy: str) -> list[int]:
-    ids = list(range(count))
-    batches = [ids[i : i + global_batch] for i in range(0, count, global_batch)]
-    if policy == "OFF":
-        return ids
-    share = global_batch // workers
-    return [i for batch in batches for i in batch[worker * share : (worker + 1) * share]]
-
-
-def check_examples_seen(
-    examples_seen: Callable[[int, int, int, int, str], list[int]],
-    observed: Optional[dict[str, dict[str, list[int]]]] = None,
-) -> None:
-    """``examples_seen(count, global_batch, workers, worker, policy)`` for ``range(count).batch(global_batch)``.
-
-    ``observed`` is what the workers of the notebook's cluster reported (``{"worker 0":
-    {"DATA": [...], "OFF": [...]}, ...}``): the answer must agree with the real run.
-    """
-    with exercise("examples_seen"):
-        cases = [(16, 4, 2), (24, 6, 3), (32, 8, 4)]
-        for count, global_batch, workers in cases:
-            for worker in range(workers):
-                for policy in ("DATA", "OFF"):
-                    got = [int(i) for i in examples_seen(count, global_batch, workers, worker, policy)]
-                    want = _reference_examples(count, global_batch, workers, worker, policy)
-                    if policy == "DATA" and sorted(got) == list(range(worker, count, workers)):
-                        expect(
-                            False,
-                            f"examples_seen({count}, {global_batch}, {workers}, {worker}, 'DATA'): "
-                            "you took every n-th example. Under DATA each *global batch* is split: "
-                            "worker w gets the w-th slice of global_batch // workers examples of it.",
-                        )
-                    expect(
-                        got == want,
-                        f"examples_seen({count}, {global_batch}, {workers}, {worker}, {policy!r}) should be "
-                        f"{want}, got {got}. DATA: each global batch is cut into one consecutive slice "
-                        "per worker. OFF: no sharding, every worker reads everything.",
-                    )
-        if observed:
-            for task, seen in observed.items():
-                worker = int(task.split()[-1])
-                for policy, ids in seen.items():
-                    name = "OFF" if policy.startswith("OFF") else "DATA" if "DATA" in policy else None
-                    if name is None:
-                        continue
-                    expect(
-                        [int(i) for i in examples_seen(16, 4, 2, worker, name)] == list(ids),
-                        f"The cluster's {task} read {ids} under {policy}; your function disagrees.",
-                    )
-    passed("examples_seen", "your sharding matches what the workers of the cluster read.")
-
-
-# --------------------------------------------------------------------------- the worker program
-
-#: The training schedule of the notebook's worker program (its constants).
-STEPS_PER_EPOCH, EPOCHS, SAVE_EVERY = 4, 3, 5
-
-
-def _function_from_program(program: Any, name: str) -> Callable:
-    """The function ``name`` of the worker program file, without running the program."""
+def load_program(program: Any, *names: str) -> ModuleType:
+    """The file ``program`` of the worker program as a module (``main`` not run), read afresh with
+    the files beside it (``train.py`` imports ``worker_input`` and ``worker_step``); it must define
+    ``names``."""
     path = Path(program)
     expect(
         path.is_file(),
-        f"There is no worker program at {path.name}: run the cell that writes it "
+        f"There is no {path.name} at {path.parent.name}/: run the cell that writes it "
         "(the one starting with %%writefile).",
     )
-    tree = ast.parse(path.read_text())
-    nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
-    expect(nodes, f"The worker program has no function {name}(): keep its name and arguments.")
-    namespace: dict[str, Any] = {}
-    exec(compile(ast.Module(body=list[ast.stmt](nodes), type_ignores=[]), str(path), "exec"), namespace)
-    return namespace[name]
+    folder = str(path.parent.resolve())
+    for name, module in list(sys.modules.items()):  # the files beside it as they are now
+        if str(Path(getattr(module, "__file__", None) or "/").parent) == folder:
+            del sys.modules[name]
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    expect(spec is not None and spec.loader is not None, f"{path.name} cannot be loaded as Python.")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    for name in names:
+        expect(hasattr(module, name), f"{path.name} has no {name}: keep its names and arguments.")
+    return module
+
+
+# --------------------------------------------------------------------------- worker_input
+
+
+def _batches(dataset: Any) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every batch of ``dataset`` as numpy arrays ``(ids, x, y)``."""
+    return [tuple(np.asarray(part) for part in batch) for batch in dataset.as_numpy_iterator()]  # type: ignore[misc]
+
+
+def _one_step(
+    strategy: Any, per_replica: Sequence[tuple[np.ndarray, np.ndarray]], weights: list
+) -> np.ndarray:
+    """The weights after one correct SGD step on ``strategy``, replica r fed ``per_replica[r]``."""
+    import keras
+
+    tf = import_tensorflow()
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((per_replica[0][0].shape[1],)), keras.layers.Dense(1)])
+        model.set_weights(weights)
+        optimizer = keras.optimizers.SGD(0.1)
+        optimizer.build(model.trainable_variables)
+    total = sum(len(x) for x, _ in per_replica)
+
+    def step(x: Any, y: Any) -> None:
+        with tf.GradientTape() as tape:
+            per_example = tf.reduce_mean(tf.square(model(x) - y), axis=-1)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=total)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    inputs = strategy.experimental_distribute_values_from_function(
+        lambda context: per_replica[context.replica_id_in_sync_group]
+    )
+    tf.function(lambda values: strategy.run(step, args=values))(inputs)
+    return compare.flat(model.trainable_variables)
+
+
+def check_worker_input(program: Any) -> None:
+    """The program's ``make_dataset(input_context, epoch)``: each of 2 workers reads its own half of
+    every global batch, so that 2 replicas make one device's update."""
+    tf = import_tensorflow()
+    with exercise("worker_input"):
+        train = load_program(program, "make_dataset", "GLOBAL_BATCH")
+        g = int(train.GLOBAL_BATCH)
+        one = _batches(train.make_dataset(tf.distribute.InputContext(), 0))
+        expect(
+            one and all(len(ids) == g for ids, _, _ in one),
+            f"On one device (1 input pipeline, 1 replica) make_dataset gave batches of "
+            f"{sorted({len(b[0]) for b in one})}, not the global batch of {g}: batch with "
+            "input_context.get_per_replica_batch_size(GLOBAL_BATCH).",
+        )
+        workers = [_batches(train.make_dataset(tf.distribute.InputContext(2, i, 2), 0)) for i in range(2)]
+        sizes = sorted({len(ids) for batches in workers for ids, _, _ in batches})
+        expect(
+            sizes != [g],
+            f"Each of 2 workers batches {g} examples, so one step of the cluster trains {2 * g}, twice "
+            "one device's global batch: a worker batches for its own replicas, "
+            "input_context.get_per_replica_batch_size(GLOBAL_BATCH).",
+        )
+        expect(
+            sizes == [g // 2],
+            f"On 2 workers the batches have {sizes} examples, not {g // 2} (the global batch of {g} "
+            "over 2 replicas): use input_context.get_per_replica_batch_size(GLOBAL_BATCH).",
+        )
+        first = [set(int(i) for ids, _, _ in batches for i in ids) for batches in workers]
+        expect(
+            not first[0] & first[1],
+            f"The 2 workers read {len(first[0] & first[1])} of the same examples: without sharding, every "
+            "worker reads the whole dataset. Shard it: data.shard(input_context.num_input_pipelines, "
+            "input_context.input_pipeline_id).",
+        )
+        expect(
+            len(workers[0]) == len(workers[1]) == len(one),
+            f"One device takes {len(one)} steps per epoch, the workers {len(workers[0])} and "
+            f"{len(workers[1])}: every worker must deliver one batch per step.",
+        )
+        for k, batch in enumerate(one):
+            step_ids = sorted(int(i) for batches in workers for i in batches[k][0])
+            expect(
+                step_ids == sorted(int(i) for i in batch[0]),
+                f"At step {k + 1} the 2 workers read other examples than one device's global batch "
+                f"{k + 1}: shard the examples in the order one device reads them (shuffle, then shard, "
+                "then batch).",
+            )
+        # The proof: one step on 2 replicas, fed by the 2 workers' first batches, against one device.
+        rng = np.random.default_rng(0)
+        features = one[0][1].shape[1]
+        weights = [rng.normal(size=(features, 1)).astype("float32"), np.zeros(1, "float32")]
+        two = _one_step(compare.checking_strategy(2), [(b[0][1], b[0][2]) for b in workers], weights)
+        single = _one_step(compare.checking_strategy(1), [(one[0][1], one[0][2])], weights)
+        expect_close(two, single, "One step on the 2 workers' first batches is not one device's step")
+    passed(
+        "worker_input",
+        f"each worker reads {g // 2} different examples of every global batch of {g}; one step on "
+        "2 replicas fed by them equals one device's step.",
+    )
+
+
+# --------------------------------------------------------------------------- worker_step
+
+
+def _reference_step(model: Any, optimizer: Any, metric: Any, g: int) -> Any:
+    """One device's step: the mean squared error over the global batch, SGD."""
+    tf = import_tensorflow()
+
+    def step(inputs: Any) -> Any:
+        x, y = inputs
+        with tf.GradientTape() as tape:
+            per_example = tf.reduce_mean(tf.square(model(x, training=True) - y), axis=-1)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=g)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return step
+
+
+def check_worker_step(program: Any) -> None:
+    """The program's ``make_train_step(strategy, model, optimizer)`` on 1 and 2 replicas against one
+    device: the same update and the same loss."""
+    import keras
+
+    with exercise("worker_step"):
+        train = load_program(program, "make_train_step", "GLOBAL_BATCH", "FEATURES")
+        g = int(train.GLOBAL_BATCH)
+        rng = np.random.default_rng(3)
+        x = rng.normal(size=(2 * g, int(train.FEATURES))).astype("float32")
+        y = (x @ rng.normal(size=(x.shape[1], 1)) + 0.1).astype("float32")
+
+        def make_step(strategy: Any, model: Any, optimizer: Any, metric: Any, _g: int) -> Any:
+            step = train.make_train_step(strategy, model, optimizer)
+            expect(callable(step), f"make_train_step returned {step!r}: return the tf.function train_step.")
+            return lambda inputs: step(*inputs)
+
+        def make_model() -> Any:
+            keras.utils.set_random_seed(1)
+            return keras.Sequential(
+                [keras.Input((x.shape[1],)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)]
+            )
+
+        result = compare.same_update(
+            make_step,
+            x,
+            y,
+            make_model=make_model,
+            global_batch_size=g,
+            steps=2,
+            replicas=(1, 2),
+            distributed=True,
+            reference=_reference_step,
+        )
+        expect(
+            result.ok or "on 1 replica" not in result.hint,
+            "Your make_train_step on 1 replica is not one device's step: each replica divides its summed "
+            "loss by the examples of the whole step on all workers, GLOBAL_BATCH "
+            f"(tf.nn.compute_average_loss(..., global_batch_size=GLOBAL_BATCH)); here {result.hint}.",
+        )
+        expect(result.ok, f"Your make_train_step: {result.hint}.")
+    passed(
+        "worker_step",
+        "on 1 and 2 replicas your step makes one device's update and returns its loss.",
+    )
+
+
+# --------------------------------------------------------------------------- restart_step
+
+
+def check_restart_step(prediction: Any, program: Any, killed_after: int) -> None:
+    """Predict-then-run: the first global step a cluster computes after restarting from the last
+    checkpoint that the program wrote before a worker died after step ``killed_after``."""
+    with exercise("restart_step"):
+        expect(prediction is not None, "Set PREDICTION to a whole number, then run this check.")
+        expect(
+            isinstance(prediction, (int, np.integer)) and not isinstance(prediction, bool),
+            f"PREDICTION should be a whole number (a global step), got {prediction!r}.",
+        )
+        train = load_program(program, "SAVE_EVERY", "STEPS_PER_EPOCH")
+        every, epoch = int(train.SAVE_EVERY), int(train.STEPS_PER_EPOCH)
+        saved = [s for s in range(1, killed_after + 1) if s % every == 0 or s % epoch == 0]
+        actual = (saved[-1] if saved else 0) + 1
+        ends = [s for s in saved if s % epoch == 0]
+        expect(
+            prediction != killed_after + 1,
+            f"You predicted {prediction}: step {killed_after} was trained but never saved, and a restart "
+            "begins after the last checkpoint.",
+        )
+        expect(
+            not (ends and prediction == ends[-1] + 1 and actual != prediction),
+            f"You predicted {prediction}: you counted the end-of-epoch saves only; the program also saves "
+            f"every {every} global steps.",
+        )
+        expect(
+            int(prediction) == actual,
+            f"You predicted {prediction}: the program saves after steps {saved} before the kill, and a "
+            "restart continues after the last of them.",
+        )
+    passed(
+        "restart_step",
+        f"the last checkpoint before the kill holds {actual - 1} steps: the restart begins at step {actual}.",
+    )
+
+
+# --------------------------------------------------------------------------- resume_point
 
 
 def _data(run: Any, task: str) -> dict:
     return dict(run[task].data) if run is not None else {}
 
 
-def _examples_by_epoch(killed: Any, resumed: Any, restored: int) -> dict[int, list[int]]:
-    """Every example id trained, per epoch, by both workers: the interrupted run up to the
-    checkpoint it left, then the restarted run."""
+def _examples_by_epoch(runs: Sequence[Any]) -> dict[int, list[int]]:
+    """Every example id trained, per epoch, by both workers over a chain of runs, each one counted
+    up to the checkpoint the next run restored."""
     seen: dict[int, list[int]] = {}
-    for run, keep in ((killed, lambda step: step <= restored), (resumed, lambda step: True)):
+    for i, run in enumerate(runs):
+        until = _data(runs[i + 1], "worker 0").get("restored") if i + 1 < len(runs) else None
         for task in ("worker 0", "worker 1"):
             for step, epoch, _loss, ids, _time in _data(run, task).get("steps", []):
-                if keep(step):
+                if until is None or step <= until:
                     seen.setdefault(int(epoch), []).extend(int(i) for i in ids)
     return seen
 
 
-def check_resume_point(program: Any, killed: Any, resumed: Any, uninterrupted: Any = None) -> None:
-    """The worker program's ``resume_point(global_step, steps_per_epoch)``, judged by the cluster.
-
-    ``killed`` is the result of the run whose worker 1 was killed (``WorkerFailed.result``),
-    ``resumed`` the result of the restarted cluster (``None`` when it failed), ``uninterrupted``
-    the result of a run of the same program that was never stopped.
-    """
+def check_resume_point(program: Any, runs: Sequence[Any], uninterrupted: Any = None) -> None:
+    """The program's ``resume_point(global_step, steps_per_epoch)``, judged by a chain of runs on one
+    run folder: the first interrupted, each next one restarted from the checkpoint the previous left
+    (``None`` for a restart that failed), the last finished. ``uninterrupted``: a run never stopped."""
     with exercise("resume_point"):
-        resume_point = _function_from_program(program, "resume_point")
-        first = resume_point(5, STEPS_PER_EPOCH)
+        train = load_program(program, "resume_point", "EPOCHS", "STEPS_PER_EPOCH", "GLOBAL_BATCH")
+        epochs, per_epoch, g = int(train.EPOCHS), int(train.STEPS_PER_EPOCH), int(train.GLOBAL_BATCH)
+        first = train.resume_point(5, per_epoch)
         expect(
             isinstance(first, (tuple, list)) and len(first) == 2,
-            f"Return a pair (epoch, skip); resume_point(5, 4) returned {first!r}.",
+            f"Return a pair (epoch, skip); resume_point(5, {per_epoch}) returned {first!r}.",
         )
         expect(
-            resumed is not None,
-            "The restarted cluster did not finish (its cell shows why): fix resume_point, run the "
-            "cell that writes the program, then the two cluster cells, then this check.",
+            all(run is not None for run in runs),
+            "A restarted cluster did not finish (its cell shows why): fix resume_point, run the cell "
+            "that writes the program, then the cluster cells of section 9, then this check.",
         )
-        chief, other = _data(resumed, "worker 0"), _data(resumed, "worker 1")
-        restored: Any = chief.get("restored")
-        expect(
-            restored is not None,
-            "The restarted cluster restored no checkpoint: run the cell that "
-            "kills a worker first, then the restart, with the same run folder.",
-        )
-        expect(
-            [s[2] for s in chief["steps"]] == [s[2] for s in other["steps"]],
-            "After the restart the two workers reported different losses: every worker must resume "
-            "at the same place, so resume_point must depend only on its arguments.",
-        )
-        per_epoch = _examples_by_epoch(killed, resumed, restored)
-        epoch_size = STEPS_PER_EPOCH * 16
-        for epoch in range(EPOCHS):
-            ids = per_epoch.get(epoch, [])
-            twice = len(ids) - len(set(ids))
-            missing = epoch_size - len(set(ids))
+        for run in runs[1:]:
+            expect(
+                _data(run, "worker 0").get("restored"),
+                "A restarted cluster restored no checkpoint: run the cells of section 9 in order, "
+                "on the same run folder.",
+            )
+            chief, other = _data(run, "worker 0"), _data(run, "worker 1")
+            expect(
+                [s[2] for s in chief["steps"]] == [s[2] for s in other["steps"]],
+                "After a restart the two workers reported different losses: every worker must resume at "
+                "the same place, so resume_point must depend only on its arguments.",
+            )
+        per_epoch_ids = _examples_by_epoch(runs)
+        size = per_epoch * g
+        for epoch in range(epochs):
+            ids = per_epoch_ids.get(epoch, [])
+            twice, missing = len(ids) - len(set(ids)), size - len(set(ids))
             expect(
                 twice == 0,
-                f"Epoch {epoch + 1} trained {twice} examples twice: after the restart the "
-                "workers redid batches that the checkpoint already held. The checkpoint's global step "
-                "counts every batch trained since the start, across epochs: skip the ones of this epoch.",
+                f"Epoch {epoch + 1} trained {twice} examples twice: after a restart the workers redid "
+                "batches the checkpoint already held. The global step counts every batch since the "
+                "start, across epochs: skip the ones of this epoch.",
             )
             expect(
                 missing == 0,
-                f"Epoch {epoch + 1} never trained {missing} of its {epoch_size} examples: "
-                "after the restart the workers skipped batches that the checkpoint did not hold. "
-                "optimizer.iterations is the number of steps done, so the next batch has that index.",
+                f"Epoch {epoch + 1} never trained {missing} of its {size} examples: after a restart the "
+                "workers skipped batches the checkpoint did not hold. optimizer.iterations is the number "
+                "of steps done, so the next batch has that index.",
             )
-        final = chief["steps"][-1][0]
+        last = _data(runs[-1], "worker 0")
+        final = last["steps"][-1][0]
         expect(
-            final == EPOCHS * STEPS_PER_EPOCH,
-            f"The restarted run ended at global step {final}, not {EPOCHS * STEPS_PER_EPOCH}: "
-            "the epochs after the restart were not the ones the checkpoint left unfinished.",
+            final == epochs * per_epoch,
+            f"The last run ended at global step {final}, not {epochs * per_epoch}: the epochs after a "
+            "restart were not the ones the checkpoint left unfinished.",
         )
         if uninterrupted is not None:
+            mine = [np.asarray(w) for w in last.get("weights") or []]
+            never = [np.asarray(w) for w in _data(uninterrupted, "worker 0").get("weights") or []]
             expect(
-                chief.get("weights") == _data(uninterrupted, "worker 0").get("weights"),
-                "The resumed run's final weights differ from the run that was never stopped.",
+                len(mine) == len(never)
+                and all(np.allclose(a, b, rtol=1e-6, atol=1e-7) for a, b in zip(mine, never)),
+                "The resumed run's final weights differ from those of the run never stopped.",
             )
-        for step in (0, 4, 6, 11, 7):
-            want = divmod(step, STEPS_PER_EPOCH if step != 7 else 3)
-            got = tuple(int(v) for v in resume_point(step, STEPS_PER_EPOCH if step != 7 else 3))
+        for step, steps in ((0, 4), (4, 4), (6, 4), (11, 4), (7, 3)):
+            got = tuple(int(v) for v in train.resume_point(step, steps))
             expect(
-                got == want,
-                f"resume_point({step}, {4 if step != 7 else 3}) should be {want}, got {got}: "
-                "your answer fits this cluster's numbers only.",
+                got == divmod(step, steps),
+                f"resume_point({step}, {steps}) should be {divmod(step, steps)}, got {got}: your answer "
+                "fits this cluster's numbers only.",
             )
+    restored = [int(_data(run, "worker 0")["restored"]) for run in runs[1:]]
     passed(
         "resume_point",
-        f"the restarted cluster resumed at global step {restored + 1}, trained every "
-        "example once per epoch on both workers and ended with the weights of the run never stopped.",
+        f"the restarts resumed after steps {restored}, trained every example once per epoch on both "
+        "workers and ended with the weights of the run never stopped.",
     )
-
-
-def check_restart_step(prediction: Any, killed: Any, resumed: Any = None) -> None:
-    """Predict-then-run: the first global step the restarted cluster computes."""
-    with exercise("restart_step"):
-        expect(prediction is not None, "Set PREDICTION to a whole number before running the cluster cells.")
-        expect(
-            isinstance(prediction, (int, np.integer)) and not isinstance(prediction, bool),
-            f"PREDICTION should be a whole number (a global step), got {prediction!r}.",
-        )
-        saved = [int(step) for step, _time in _data(killed, "worker 0").get("saved", [])]
-        held = max(int(s[0]) for s in _data(killed, "worker 0").get("steps", [[0]]))
-        expect(saved, "The interrupted run saved no checkpoint: run the cell that kills a worker first.")
-        actual = saved[-1] + 1
-        if resumed is not None:
-            actual = int(_data(resumed, "worker 0")["steps"][0][0])
-        ends = [s for s in saved if s % STEPS_PER_EPOCH == 0]
-        if prediction == held + 1:
-            expect(
-                False,
-                f"You predicted {prediction}, the cluster computed step {actual} first: step {held} "
-                f"was trained but never saved, and a restart begins from the last checkpoint (step {saved[-1]}).",
-            )
-        if ends and prediction == ends[-1] + 1 and actual != prediction:
-            expect(
-                False,
-                f"You predicted {prediction}, the cluster computed step {actual} first: you counted the "
-                f"end-of-epoch saves only; the chief also saves every {SAVE_EVERY} global steps.",
-            )
-        expect(
-            int(prediction) == actual,
-            f"You predicted {prediction}, the cluster computed step {actual} first: the checkpoints were "
-            f"written after steps {saved} and a restart continues after the last one.",
-        )
-    passed("restart_step", f"the restarted cluster began at global step {actual}.")

@@ -27,6 +27,8 @@ Usage::
     print(deploy.kubernetes_yaml(local))                 # Service + Indexed Job
     print(deploy.to_text(deploy.vertex_config(local)))  # gcloud ai custom-jobs create --config
     print(deploy.slurm_script(local))
+    for job in deploy.deployments(local):                # all three, each task's TF_CONFIG checked
+        assert job.derived == job.expected
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
@@ -491,3 +494,50 @@ def derived_tf_configs(
     else:
         raise ConfigError(f"engine={engine!r}: use 'kubernetes', 'vertex' or 'slurm'.")
     return out
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What one engine needs to run the program on ``cluster``'s tasks, checked.
+
+    ``file`` and ``text``: the file to hand the engine; ``reads``: what each task learns its place
+    from; ``derived``: every task's ``TF_CONFIG`` as the file's embedded lines derive it (run with the
+    engine's variables simulated); ``expected``: what the local launcher gives the same tasks at
+    the engine's addresses. ``derived == expected`` when the file is right.
+    """
+
+    engine: str
+    file: str
+    text: str
+    reads: str
+    derived: dict[str, dict[str, Any]]
+    expected: dict[str, dict[str, Any]]
+
+
+#: Per engine: the file written, and what each task reads to learn which task it is.
+ENGINE_FILES = {
+    "kubernetes": ("trainer.yaml", "JOB_COMPLETION_INDEX"),
+    "vertex": ("vertex_job.yaml", "CLUSTER_SPEC"),
+    "slurm": ("trainer.sbatch", "SLURM_PROCID and the node list"),
+}
+
+
+def deployments(cluster: Mapping[str, Sequence[str]]) -> list[Deployment]:
+    """For Kubernetes, Vertex AI and Slurm: the file each needs to run ``cluster``'s tasks, and the
+    ``TF_CONFIG`` it gives every task next to the launcher's (notebook 07, section 12)."""
+    texts = {
+        "kubernetes": kubernetes_yaml(cluster),
+        "vertex": to_text(vertex_config(cluster)),
+        "slurm": slurm_script(cluster),
+    }
+    return [
+        Deployment(
+            engine,
+            file,
+            texts[engine],
+            reads,
+            derived_tf_configs(cluster, engine),
+            launcher_tf_configs(engine_cluster(cluster, engine)),
+        )
+        for engine, (file, reads) in ENGINE_FILES.items()
+    ]

@@ -4,8 +4,9 @@ Each runs with ``python -m course_utils.workers.NAME`` and learns its place in t
 ``TF_CONFIG``:
 
 * :mod:`.show_tf_config` - prints what its ``TF_CONFIG`` says (no TensorFlow; notebook 07);
-* :mod:`.multi_worker` - ``MultiWorkerMirroredStrategy`` training: input sharding, a custom
-  loop with chief-only checkpoints and resuming, or ``Model.fit`` (notebook 07);
+* :mod:`.multi_worker` - a ``MultiWorkerMirroredStrategy`` custom loop with chief-only
+  checkpoints and resuming, for the launcher's tests and the doctor (notebook 07 writes its own
+  worker program in its cells);
 * :mod:`.ps_training` - an in-process parameter-server cluster with
   ``ClusterCoordinator`` (notebook 08);
 * :mod:`.support_probes` - the two cluster programs of notebook 02's support matrix.

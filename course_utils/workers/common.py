@@ -82,10 +82,3 @@ def task_from_tf_config() -> tuple[Optional[str], Optional[int], dict]:
     config = json.loads(raw)
     task = config.get("task", {})
     return task.get("type"), task.get("index"), config.get("cluster", {})
-
-
-def hold_still(message: str) -> None:
-    """Print ``message`` and wait to be stopped (used to stop a worker at a known moment)."""
-    say(message)
-    while True:
-        time.sleep(1.0)

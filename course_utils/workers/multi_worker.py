@@ -1,25 +1,17 @@
-"""Notebook 07: the worker program of ``MultiWorkerMirroredStrategy`` on a real cluster.
+"""Notebook 07 (its launcher's tests and the doctor): a small ``MultiWorkerMirroredStrategy`` program.
 
-Every task of the cluster runs this same program; ``TF_CONFIG`` tells each one who it is.
+The notebook's own worker program is written in its cells (``train.py``); this module is the
+course's fixed copy of a custom loop, for the tests of :mod:`course_utils.cluster` and for
+``python -m course_tools.doctor``. Every task of the cluster runs it; ``TF_CONFIG`` tells each who
+it is::
 
-    python -m course_utils.workers.multi_worker --checkpoint-dir DIR          # custom loop
-    python -m course_utils.workers.multi_worker --api keras                   # Model.fit
-    python -m course_utils.workers.multi_worker --shard-files DIR --epochs 0  # sharding only
+    python -m course_utils.workers.multi_worker --checkpoint-dir DIR
+    python -m course_utils.workers.multi_worker --epochs 0       # start the strategy only
 
-What it does, in order:
-
-1. creates the strategy (this starts the task's gRPC server and waits for the other tasks);
-2. with ``--shard-files``, prints which examples this worker reads under the auto-shard
-   policies (an in-memory dataset, then files);
-3. trains a small regression model for ``--epochs`` x ``--steps`` steps on a fixed dataset,
-   either with a custom loop (``--api custom``) or with ``Model.fit`` (``--api keras``: Keras 3,
-   or tf-keras when ``TF_USE_LEGACY_KERAS=1``). The custom loop saves a checkpoint every
-   ``--save-every`` steps and at the end of each epoch: the chief into ``DIR/checkpoints``, every
-   other worker into a temporary ``DIR/workertemp_N/checkpoints`` that it deletes at once. On
-   start it restores the latest checkpoint and resumes from the epoch and step saved there.
-
-``--pause-after-step N`` makes every worker hold still after global step N, so that a notebook
-can stop one of them at a known moment and show the same output on every run.
+It trains a small regression model for ``--epochs`` x ``--steps`` steps, saving a checkpoint every
+``--save-every`` steps and at the end of each epoch: the chief into ``DIR/checkpoints``, every other
+worker into a temporary ``DIR/workertemp_N/checkpoints`` that it deletes at once. On start it
+restores the latest checkpoint and resumes from the epoch and step saved there.
 """
 
 from __future__ import annotations
@@ -34,8 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..cluster.spec import chief_of
-from ..errors import shorten_error
-from .common import FEATURES, hold_still, make_examples, report, say, start
+from .common import FEATURES, make_examples, report, say, start
 
 MODEL_SEED = 1
 
@@ -67,42 +58,6 @@ def fingerprint(variables: list) -> str:
 def relative_files(folder: str, base: str) -> list[str]:
     """The files below ``folder``, as paths relative to ``base``, sorted."""
     return sorted(str(p.relative_to(base)) for p in Path(folder).rglob("*") if p.is_file())
-
-
-# ----------------------------------------------------------------------------- sharding
-
-
-def show_sharding(tf: Any, strategy: Any, files_dir: str, global_batch: int = 4) -> dict:
-    """Print which examples this worker reads under the auto-shard policies."""
-    policy = tf.data.experimental.AutoShardPolicy
-
-    def seen(dataset: Any) -> list[int]:
-        ids: list[int] = []
-        for batch in strategy.experimental_distribute_dataset(dataset):
-            for part in strategy.experimental_local_results(batch):
-                ids.extend(int(i) for i in part.numpy().reshape(-1))
-        return ids
-
-    def with_policy(dataset: Any, which: Any) -> Any:
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = which
-        return dataset.with_options(options)
-
-    files = sorted(str(p) for p in Path(files_dir).glob("*.txt"))
-    in_memory = tf.data.Dataset.range(16).batch(global_batch)
-    from_files = (
-        tf.data.TextLineDataset(files).map(lambda s: tf.strings.to_number(s, tf.int64)).batch(global_batch)
-    )
-    found = {
-        "AUTO (in memory: DATA)": seen(in_memory),
-        "DATA": seen(with_policy(in_memory, policy.DATA)),
-        f"FILE ({len(files)} files)": seen(with_policy(from_files, policy.FILE)),
-        "OFF": seen(with_policy(in_memory, policy.OFF)),
-    }
-    width = max(len(k) for k in found)
-    for name, ids in found.items():
-        say(f"{name:<{width}}  read {ids}")
-    return found
 
 
 # ----------------------------------------------------------------------------- training
@@ -221,8 +176,7 @@ def custom_loop(tf: Any, strategy: Any, me: tuple, cluster: dict, args: argparse
             loss = float(train_step(iterator))
             global_step = int(optimizer.iterations.numpy())
             losses.append([global_step, loss])
-            if not args.quiet_steps:
-                say(f"epoch {epoch + 1} step {step}  loss={loss:.4f}")
+            say(f"epoch {epoch + 1} step {step}  loss={loss:.4f}")
             end_of_epoch = step == args.steps
             if end_of_epoch or global_step % args.save_every == 0:
                 epoch_var.assign(epoch + 1 if end_of_epoch else epoch)
@@ -237,11 +191,6 @@ def custom_loop(tf: Any, strategy: Any, me: tuple, cluster: dict, args: argparse
                         say(f"wrote a temporary copy: {files}; deleting it")
                         shown_temp = True
                     shutil.rmtree(os.path.dirname(mine), ignore_errors=True)
-            if args.pause_after_step and global_step == args.pause_after_step:
-                report(losses=losses, saved=saved, first_step=first_step, restored_from=restored_from)
-                hold_still(f"holding still after global step {global_step} (--pause-after-step)")
-        if args.quiet_steps:
-            say(f"epoch {epoch + 1}  loss={losses[-1][1]:.4f}")
     if not chief:
         shutil.rmtree(os.path.dirname(mine), ignore_errors=True)
     say(f"done: global step {int(optimizer.iterations.numpy())}")
@@ -255,65 +204,16 @@ def custom_loop(tf: Any, strategy: Any, me: tuple, cluster: dict, args: argparse
     )
 
 
-class _EpochLine:
-    """A Keras callback (Keras 3 or tf-keras) printing ``epoch N  loss=...``."""
-
-    @staticmethod
-    def make(keras: Any) -> Any:
-        class EpochLine(keras.callbacks.Callback):
-            def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-                say(f"epoch {epoch + 1}  loss={float((logs or {}).get('loss', float('nan'))):.4f}")
-
-        return EpochLine()
-
-
-def keras_fit(tf: Any, strategy: Any, args: argparse.Namespace) -> None:
-    keras = tf.keras  # Keras 3, or tf-keras when TF_USE_LEGACY_KERAS=1 was set before the import
-    if keras.__name__.startswith("tf_keras"):
-        import tf_keras
-
-        say(f"tf.keras is tf-keras {tf_keras.__version__} (TF_USE_LEGACY_KERAS=1)")
-    else:
-        import keras as keras3
-
-        say(f"tf.keras is Keras {keras3.__version__}")
-    global_batch = args.per_worker_batch * strategy.num_replicas_in_sync
-    x, y = make_examples(args.steps * global_batch)
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=True).repeat()
-    with strategy.scope():
-        model = build_model(keras)
-        model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.05, momentum=0.5), loss="mse")
-    try:
-        model.fit(
-            dataset,
-            epochs=args.epochs,
-            steps_per_epoch=args.steps,
-            verbose=0,
-            callbacks=[_EpochLine.make(keras)],
-        )
-    except Exception as error:  # the demonstration: report the failure on one line and stop
-        message = shorten_error(f"{type(error).__name__}: {error}")
-        say(f"Model.fit failed: {message}")
-        report(fit_error=message)
-        return
-    say("Model.fit finished")
-    report(fit_error=None)
-
-
 # ----------------------------------------------------------------------------- main
 
 
 def parse(argv: Any = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m course_utils.workers.multi_worker")
-    parser.add_argument("--api", choices=["custom", "keras"], default="custom")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4, help="steps per epoch")
     parser.add_argument("--per-worker-batch", type=int, default=8)
     parser.add_argument("--checkpoint-dir", default="multi_worker_run")
     parser.add_argument("--save-every", type=int, default=2, help="save every N global steps")
-    parser.add_argument("--pause-after-step", type=int, default=0)
-    parser.add_argument("--shard-files", default="")
-    parser.add_argument("--quiet-steps", action="store_true", help="one line per epoch")
     return parser.parse_args(argv)
 
 
@@ -330,13 +230,8 @@ def main(argv: Any = None) -> None:
         f"MultiWorkerMirroredStrategy: {strategy.num_replicas_in_sync} replicas in sync "
         f"({workers} workers x 1 CPU); I am {me[0]} {me[1]}{' (the chief)' if chief else ''}"
     )
-    if args.shard_files:
-        report(sharding=show_sharding(tf, strategy, args.shard_files))
     if args.epochs > 0:
-        if args.api == "keras":
-            keras_fit(tf, strategy, args)
-        else:
-            custom_loop(tf, strategy, me, cluster, args)
+        custom_loop(tf, strategy, me, cluster, args)
 
 
 if __name__ == "__main__":
