@@ -71,12 +71,15 @@ def test_choose_strategy_not_done_yet():
 SUM, MEAN = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
 
 
-def make_run_and_combine(loss_op=SUM, correct_op=SUM, predicted="gather", distribute=True):
+def make_run_and_combine(
+    loss_op=SUM, correct_op=SUM, predicted="gather", distribute=True, per_replica_batch=False
+):
     """The reference answer, or one of the mistakes real code makes."""
 
     def run_and_combine(strategy, step_fn, x, y):
         if distribute:
-            dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(len(x))
+            size = len(x) // strategy.num_replicas_in_sync if per_replica_batch else len(x)
+            dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(size)
             batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
         else:
             batch = (tf.constant(x), tf.constant(y))
@@ -92,11 +95,23 @@ def make_run_and_combine(loss_op=SUM, correct_op=SUM, predicted="gather", distri
             classes = tf.concat(strategy.experimental_local_results(out["predicted"]), axis=0)
         elif predicted == "first":
             classes = strategy.experimental_local_results(out["predicted"])[0]
+        elif predicted == "list":
+            classes = tf.ragged.constant(
+                [v.numpy().tolist() for v in strategy.experimental_local_results(out["predicted"])]
+            )
         else:
             classes = strategy.reduce(SUM, out["predicted"], axis=None)
+        if loss_op == "first":
+            loss = strategy.experimental_local_results(out["loss"])[0]
+        else:
+            loss = strategy.reduce(loss_op, out["loss"], axis=None)
+        if predicted == "list":
+            classes = classes.to_list()
+        else:
+            classes = classes.numpy()
         return {
-            "loss": float(strategy.reduce(loss_op, out["loss"], axis=None)),
-            "predicted": classes.numpy(),
+            "loss": float(loss),
+            "predicted": classes,
             "correct": float(strategy.reduce(correct_op, out["correct"], axis=None)),
         }
 
@@ -138,6 +153,25 @@ def test_run_and_combine_without_distributing_the_batch(two_replicas):
         ex.check_run_and_combine(make_run_and_combine(distribute=False))
 
 
+def test_run_and_combine_keeping_one_replicas_loss(two_replicas):
+    with pytest.raises(ExerciseError, match="is one replica's share of the batch's loss"):
+        ex.check_run_and_combine(make_run_and_combine(loss_op="first"))
+
+
+def test_run_and_combine_batching_by_the_per_replica_batch(two_replicas):
+    with pytest.raises(
+        ExerciseError, match="you scored 3 of 7 examples: batch the dataset by the GLOBAL batch"
+    ):
+        ex.check_run_and_combine(make_run_and_combine(per_replica_batch=True))
+
+
+def test_run_and_combine_returning_a_list_per_replica(two_replicas):
+    with pytest.raises(
+        ExerciseError, match="list of the replicas' values of different lengths.*strategy.gather"
+    ):
+        ex.check_run_and_combine(make_run_and_combine(predicted="list"))
+
+
 def test_run_and_combine_not_done_yet():
     def blank(strategy, step_fn, x, y):
         raise NotImplementedError("Exercise run_and_combine: write your code here")
@@ -161,7 +195,7 @@ def make_replica_step(model, optimizer, global_batch):
     return replica_step
 
 
-def make_train_step(in_scope=True, distribute=True, own_mean=False, loss_op=SUM):
+def make_train_step(in_scope=True, distribute=True, own_mean=False, loss_op=SUM, per_replica_batch=False):
     """The fixed step, or the notebook's buggy one (in_scope=False, distribute=False), or another mistake."""
     import keras
 
@@ -175,7 +209,8 @@ def make_train_step(in_scope=True, distribute=True, own_mean=False, loss_op=SUM)
             optimizer = keras.optimizers.SGD(0.1)
             optimizer.build(model.trainable_variables)
         if distribute:
-            dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(len(x))
+            size = len(x) // strategy.num_replicas_in_sync if per_replica_batch else len(x)
+            dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(size)
             batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
         else:
             batch = (tf.constant(x), tf.constant(y))
@@ -184,7 +219,10 @@ def make_train_step(in_scope=True, distribute=True, own_mean=False, loss_op=SUM)
 
         @tf.function
         def step(inputs):
-            return strategy.reduce(loss_op, strategy.run(replica_step, args=inputs), axis=None)
+            per_replica = strategy.run(replica_step, args=inputs)
+            if loss_op == "first":
+                return strategy.experimental_local_results(per_replica)[0]
+            return strategy.reduce(loss_op, per_replica, axis=None)
 
         return float(step(batch)), model.get_weights()
 
@@ -233,6 +271,18 @@ def test_fix_train_step_dividing_by_the_replicas_own_batch(two_replicas):
 def test_fix_train_step_reducing_the_loss_with_mean(two_replicas):
     with pytest.raises(ExerciseError, match="combine them with SUM, not MEAN"):
         ex.check_fix_train_step(make_train_step(loss_op=MEAN))
+
+
+def test_fix_train_step_batching_by_the_per_replica_batch(two_replicas):
+    with pytest.raises(
+        ExerciseError, match="first 4 of 8 examples only: batch the dataset by the GLOBAL batch"
+    ):
+        ex.check_fix_train_step(make_train_step(per_replica_batch=True))
+
+
+def test_fix_train_step_returning_one_replicas_loss(two_replicas):
+    with pytest.raises(ExerciseError, match="is one replica's share of the batch's loss"):
+        ex.check_fix_train_step(make_train_step(loss_op="first"))
 
 
 def test_fix_train_step_not_done_yet():

@@ -102,7 +102,17 @@ def _combined(result: Any, n: int, replicas: int) -> tuple[float, Any, float]:
         isinstance(result, dict) and {"loss", "predicted", "correct"} <= set(result),
         f"Return a dict with the step's three keys, 'loss', 'predicted' and 'correct' (got {result!r:.80}).",
     )
-    values = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in result.items()}
+    values = {}
+    for key in ("loss", "predicted", "correct"):
+        value = result[key]
+        try:
+            values[key] = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        except ValueError:  # a ragged list: one entry per replica
+            expect(
+                False,
+                f"'{key}' is a list of the replicas' values of different lengths; return one array in the "
+                "order of the examples: strategy.gather(values, axis=0).",
+            )
     predicted = values["predicted"].reshape(-1)
     expect(
         values["loss"].size == 1 and values["correct"].size == 1,
@@ -117,10 +127,15 @@ def _combined(result: Any, n: int, replicas: int) -> tuple[float, Any, float]:
             "(strategy.experimental_distribute_dataset), so that each replica gets its part.",
         )
         expect(
-            predicted.size == n,
+            predicted.size != -(-n // replicas),
             f"On {replicas} replicas you returned {predicted.size} predictions for {n} examples: keep every "
             "replica's, in order, with strategy.gather(values, axis=0) (one replica's local result is "
             "not enough).",
+        )
+        expect(
+            predicted.size >= n,
+            f"On {replicas} replicas you scored {predicted.size} of {n} examples: batch the dataset by the "
+            "GLOBAL batch, len(x); experimental_distribute_dataset splits each batch among the replicas.",
         )
     expect(predicted.size == n, f"Return one prediction per example: {n}, not {predicted.size}.")
     return float(values["loss"].reshape(-1)[0]), predicted, float(values["correct"].reshape(-1)[0])
@@ -155,6 +170,16 @@ def check_run_and_combine(run_and_combine: Callable[[Any, Any, Any, Any], Any]) 
                 raise
             loss, predicted, correct = _combined(result, n, replicas)
             if replicas > 1:
+                shares = [
+                    float(step_fn(tf.constant(x[part]), tf.constant(y[part]))["loss"])
+                    for part in (slice(0, -(-n // replicas)), slice(-(-n // replicas), n))
+                ]
+                expect(
+                    not any(np.isclose(loss, share) for share in shares),
+                    f"{where.capitalize()} your loss {loss:.4f} is one replica's share of the batch's loss "
+                    f"({shares[0]:.4f} + {shares[1]:.4f}): combine the replicas' shares with "
+                    "strategy.reduce(SUM, ..., axis=None).",
+                )
                 expect(
                     not np.isclose(loss, want_loss / replicas),
                     f"{where.capitalize()} your loss is {loss:.4f}, 1/{replicas} of one device's {want_loss:.4f}: "
@@ -277,12 +302,29 @@ def check_fix_train_step(train_step: Callable[[Any, Any, Any, Any], Any]) -> Non
                     f"{where} your update is {ratio:.2f}x one device's: each replica's loss is its own mean; "
                     "divide by the global batch with tf.nn.compute_average_loss.",
                 )
+            if replicas > 1:
+                first = TRAIN_EXAMPLES // replicas
+                _, want_first = one_device_step(x[:first], y[:first])
+                expect(
+                    min(mismatch(got - start, c * (want_first - start)) for c in (1.0, first / len(x)))
+                    > 1e-3,
+                    f"{where} your update comes from the first {first} of {len(x)} examples only: batch the "
+                    "dataset by the GLOBAL batch, len(x); experimental_distribute_dataset splits each batch "
+                    "among the replicas.",
+                )
             expect(
                 mismatch(got - start, want - start) < 1e-4,
                 f"{where} your weights after the step differ from one device's (update {ratio:.2f}x): "
                 "compare your step with the buggy one line by line.",
             )
             if replicas > 1:
+                squared = (x.astype(np.float64) @ np.ones(TRAIN_FEATURES) - y) ** 2
+                shares = [squared[: len(x) // 2].sum() / len(x), squared[len(x) // 2 :].sum() / len(x)]
+                expect(
+                    not any(np.isclose(float(loss), share, rtol=1e-4) for share in shares),
+                    f"{where} your loss {float(loss):.4f} is one replica's share of the batch's loss: "
+                    "combine the shares with strategy.reduce(SUM, per_replica, axis=None).",
+                )
                 expect(
                     not np.isclose(float(loss), want_loss / replicas),
                     f"{where} your loss is {float(loss):.4f}, 1/{replicas} of one device's {want_loss:.4f}: "
