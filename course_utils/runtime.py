@@ -84,20 +84,23 @@ def cpus_needed(env: Settings, choice: Choice, cpus: Optional[int] = None) -> in
     return need
 
 
-def setup(*, cpus: Optional[int] = None, seed: Optional[int] = 42, show_report: bool = True) -> Settings:
+def setup(
+    *, cpus: Optional[int] = None, seed: Optional[int] = 42, show_report: bool = True, backend: str = ""
+) -> Settings:
     """What every notebook's set-up cell calls; returns the settings it read (and keeps them).
 
-    It reads and validates the ``COURSE_*`` settings, imports TensorFlow quietly, splits the CPU
-    into ``cpus`` virtual devices (at least; more when the settings' strategy runs on more virtual
-    CPUs: ``COURSE_REPLICAS``, 2 when unset), connects to the TPU now when
-    ``COURSE_STRATEGY=tpu``, shows the course's own errors as their one-line message (see
-    :func:`show_course_errors_briefly`), seeds Python, NumPy and TensorFlow, and prints the
-    runtime report. This is the one place the CPU is split: later cells and checks use the
-    virtual CPUs it made. Safe to re-run.
+    It reads the ``COURSE_*`` settings, imports TensorFlow quietly, splits the CPU into ``cpus`` virtual
+    devices (more if ``COURSE_REPLICAS``, 2 when unset, needs them: the one split), connects to the TPU when
+    ``COURSE_STRATEGY=tpu``, shows the course's errors in one line, seeds Python, NumPy and TensorFlow,
+    reports; safe to re-run. ``backend="jax"``: notebook 11, Keras on JAX without TensorFlow (lessons).
     """
     show_course_errors_briefly()  # first: a bad setting below is then shown as one line
     if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1):
         raise ConfigError(f"setup(cpus=...) needs a whole number of virtual CPUs >= 1, not {cpus!r}.")
+    if backend == "jax":
+        from .lessons.keras_on_jax import setup_jax
+
+        return setup_jax(cpus=cpus or 2, seed=seed, show_report=show_report)
     env = load()
     import_tensorflow()
     warnings.filterwarnings("ignore", module="tensorflow_datasets")

@@ -1,0 +1,291 @@
+"""Notebook 11: the checks of its exercises (Keras 3's distribution API on JAX).
+
+Each check runs on two JAX devices (the accelerators when there are two, else the two CPU devices
+that the set-up cell asked XLA for) and compares with one device, as every check of the course does:
+
+* ``jax_shard_batch``: ``shard_batch(x, mesh)`` places a global batch on the mesh, split along its
+  ``"batch"`` axis: each device holds its half of the examples, and a step on it gives one device's update;
+* ``jax_port_loss``: notebook 05's loss, ported to a jitted JAX step, divided by the per-device batch:
+  fixed, the step gives one device's update on 2 devices;
+* ``jax_tensor_parallel``: a ``LayoutMap`` that splits a two-layer block the tensor-parallel way (the
+  first kernel by columns, the second by rows), with keys that ``re.search`` (Keras 3.13) and
+  ``re.fullmatch`` (Keras 3.14+) read alike, and the update of one device.
+
+Nothing here imports TensorFlow: the notebook runs where there is none (Colab's TPU runtimes).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .. import compare
+from ..checks import exercise, expect, passed
+from ..errors import ExerciseError
+
+#: Float noise of these few steps on 2 devices is ~1e-7 relative; a real mistake is of order 1.
+UPDATE_RTOL = 1e-5
+#: The data of the checks: a global batch of 16 examples of 8 features, 3 classes.
+EXAMPLES, FEATURES, CLASSES = 16, 8, 3
+
+
+def two_devices() -> list:
+    """The first two JAX devices: the accelerators when there are two, else JAX's CPU devices."""
+    import jax
+    import keras
+
+    if keras.backend.backend() != "jax":
+        raise ExerciseError(
+            "This check needs Keras on JAX: restart the kernel and run the set-up cell first."
+        )
+    devices = jax.devices() if len(jax.devices()) >= 2 else jax.devices("cpu")
+    if len(devices) < 2:
+        raise ExerciseError(
+            "This check needs 2 JAX devices: restart the kernel and run the set-up cell first "
+            "(it asks XLA for 2 CPU devices before JAX starts)."
+        )
+    return list(devices[:2])
+
+
+def check_data() -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)``: a global batch of 16 examples, fixed by a seed."""
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(EXAMPLES, FEATURES)).astype(np.float32)
+    y = rng.integers(0, CLASSES, size=EXAMPLES).astype(np.int32)
+    return x, y
+
+
+def make_block() -> Any:
+    """The two-layer block of ``jax_tensor_parallel`` (and the model of the other checks)."""
+    import keras
+
+    init = keras.initializers.GlorotUniform(seed=11)
+    return keras.Sequential(
+        [
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(16, activation="relu", kernel_initializer=init, name="up"),
+            keras.layers.Dense(4, kernel_initializer=init, name="down"),
+        ],
+        name="block",
+    )
+
+
+def mean_loss(y: Any, logits: Any) -> Any:
+    """The single-device loss: the mean cross-entropy over the batch."""
+    import keras
+
+    return keras.ops.mean(keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True))
+
+
+def train_update(
+    distribution: Any,
+    loss_of: Callable[[Any, Any], Any] = mean_loss,
+    place: Optional[Callable[[np.ndarray], Any]] = None,
+    steps: int = 2,
+) -> tuple[np.ndarray, float, Any]:
+    """``steps`` SGD steps of a jitted stateless step on :func:`make_block` under ``distribution``
+    (``None``: one device): the update of every weight as one vector, the last loss, and the model.
+
+    The batch is placed with ``place`` when given, else with the distribution's data layout.
+    """
+    import jax
+    import keras
+
+    previous = keras.distribution.distribution()
+    keras.distribution.set_distribution(distribution)
+    try:
+        model = make_block()
+        optimizer = keras.optimizers.SGD(learning_rate=0.1)
+        optimizer.build(model.trainable_variables)
+
+        def compute(trainable: Any, non_trainable: Any, x: Any, y: Any) -> Any:
+            logits, non_trainable = model.stateless_call(trainable, non_trainable, x, training=True)
+            return loss_of(y, logits), non_trainable
+
+        grad_fn = jax.value_and_grad(compute, has_aux=True)
+
+        @jax.jit
+        def step(state: Any, x: Any, y: Any) -> Any:
+            trainable, non_trainable, slots = state
+            (loss, non_trainable), grads = grad_fn(trainable, non_trainable, x, y)
+            trainable, slots = optimizer.stateless_apply(slots, grads, trainable)
+            return loss, (trainable, non_trainable, slots)
+
+        x, y = check_data()
+        if place is not None:
+            x, y = place(x), place(y)
+        elif distribution is not None:
+            x = keras.distribution.distribute_tensor(x, distribution.get_data_layout(x.shape))
+            y = keras.distribution.distribute_tensor(y, distribution.get_data_layout(y.shape))
+        state = (
+            [v.value for v in model.trainable_variables],
+            [v.value for v in model.non_trainable_variables],
+            [v.value for v in optimizer.variables],
+        )
+        start = compare.flat(state[0])
+        loss: Any = float("nan")
+        for _ in range(steps):
+            loss, state = step(state, x, y)
+        return compare.flat(state[0]) - start, float(loss), model
+    finally:
+        keras.distribution.set_distribution(previous)
+
+
+def _same_update(actual: np.ndarray, expected: np.ndarray, hint: str) -> None:
+    gap = compare.mismatch(actual, expected)
+    expect(gap < UPDATE_RTOL, f"{hint} ({compare.factor(actual, expected):.2f}x one device's update)")
+
+
+# --------------------------------------------------------------------------- jax_shard_batch
+
+
+def check_shard_batch(shard_batch: Callable[[Any, Any], Any]) -> None:
+    """``shard_batch(x, mesh)``: ``x`` as one global ``jax.Array``, its examples split over ``"batch"``."""
+    with exercise("jax_shard_batch"):
+        import jax
+        import keras
+
+        devices = two_devices()
+        mesh = keras.distribution.DeviceMesh((2,), ["batch"], devices=devices).backend_mesh
+        x = np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
+        out = shard_batch(x, mesh)
+        expect(
+            isinstance(out, jax.Array),
+            "Return a jax.Array placed by jax.device_put(x, sharding), not a NumPy array.",
+        )
+        expect(
+            out.shape == x.shape and np.array_equal(np.asarray(out), x),
+            "The global array must hold the whole batch, unchanged: split where it lives, not its values.",
+        )
+        held = {shard.device: np.asarray(shard.data) for shard in out.addressable_shards}
+        expect(
+            set(held) == set(devices),
+            f"Your array lives on {len(held)} device(s): give jax.device_put a NamedSharding over the mesh.",
+        )
+        shapes = {tuple(part.shape) for part in held.values()}
+        expect(
+            shapes != {(8, 4)},
+            'Each device holds the whole batch (replicated): name the mesh\'s "batch" axis for '
+            'dimension 0, PartitionSpec("batch").',
+        )
+        expect(
+            shapes != {(8, 2)},
+            'You split the features (dimension 1), not the examples: PartitionSpec("batch") '
+            "splits dimension 0.",
+        )
+        expect(shapes == {(4, 4)}, f"Each device should hold 4 of the 8 examples, not {sorted(shapes)}.")
+        expect(
+            np.array_equal(held[devices[0]], x[:4]) and np.array_equal(held[devices[1]], x[4:]),
+            "The first device should hold the first half of the batch, the second the second half.",
+        )
+        distribution = keras.distribution.DataParallel(devices=devices)
+        two, _, _ = train_update(distribution, place=lambda a: shard_batch(a, mesh))
+        one, _, _ = train_update(None)
+        _same_update(two, one, "A step on your sharded batch should give one device's update")
+    passed("jax_shard_batch", "each device holds its 4 examples; a step on them gives one device's update.")
+
+
+# --------------------------------------------------------------------------- jax_port_loss
+
+
+def check_port_loss(port_loss: Callable[[Any, Any], Any]) -> None:
+    """``port_loss(y, logits)`` in a jitted step on 2 devices gives the update of one device."""
+    with exercise("jax_port_loss"):
+        import keras
+
+        devices = two_devices()
+        one, one_loss, _ = train_update(None, steps=1)  # one SGD step: a mistake is an exact factor
+        distribution = keras.distribution.DataParallel(devices=devices)
+        two, two_loss, _ = train_update(distribution, loss_of=port_loss, steps=1)
+        ratio = compare.factor(two, one)
+        expect(
+            not abs(ratio - len(devices)) < 1e-3,
+            "Your update is 2.00x one device's: you divide by the per-device batch, a tf.distribute "
+            "habit. The jitted step sees the global batch: divide by len(y), or take the mean.",
+        )
+        expect(
+            not abs(ratio - EXAMPLES) < 1e-2,
+            f"Your update is {EXAMPLES}x one device's: you sum the per-example losses; take their mean "
+            "over the global batch.",
+        )
+        _same_update(two, one, "On 2 devices your loss should give the update of one device")
+        expect(
+            abs(two_loss - one_loss) <= 1e-5 * abs(one_loss),
+            f"The loss your step returns is {two_loss:.6g}, one device's {one_loss:.6g}: return the mean "
+            "over the global batch.",
+        )
+    passed("jax_port_loss", "on 2 devices the ported step gives the update and the loss of one device.")
+
+
+# --------------------------------------------------------------------------- jax_tensor_parallel
+
+
+def key_problems(keys: list[str], paths: list[str]) -> list[str]:
+    """Keys of a ``LayoutMap`` that match no path, or other paths under ``re.search`` (Keras <= 3.13)
+    than under ``re.fullmatch`` (Keras >= 3.14, keras-team/keras#22164)."""
+    problems = []
+    for key in keys:
+        searched = [p for p in paths if re.search(key, p)]
+        full = [p for p in paths if re.fullmatch(key, p)]
+        if searched != full:
+            problems.append(
+                f"The key {key!r} matches {searched} under re.search (Keras 3.13, Colab) but {full} "
+                "under re.fullmatch (Keras 3.14+): start it with .* and end it with $."
+            )
+        elif not full:
+            problems.append(f"The key {key!r} matches no variable; the paths are {paths}.")
+    return problems
+
+
+def _shard_shapes(variable: Any) -> set[tuple[int, ...]]:
+    return {tuple(shard.data.shape) for shard in variable.value.addressable_shards}
+
+
+def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
+    """``tensor_parallel(devices)`` returns the ``LayoutMap`` of a (batch 1, model 2) mesh that splits
+    ``block/up/kernel`` by columns and ``block/down/kernel`` by rows."""
+    with exercise("jax_tensor_parallel"):
+        import keras
+
+        devices = two_devices()
+        layout_map = tensor_parallel(devices)
+        expect(
+            isinstance(layout_map, keras.distribution.LayoutMap),
+            "Return the keras.distribution.LayoutMap (the check builds ModelParallel from it).",
+        )
+        mesh = layout_map.device_mesh
+        axes = dict(zip(mesh.axis_names, mesh.shape))
+        expect(
+            set(axes) == {"batch", "model"},
+            f'The mesh needs the axes "batch" and "model", not {list(axes)}.',
+        )
+        expect(
+            axes["model"] == 2,
+            f'The "model" axis has {axes["model"]} device(s): nothing is split. Use shape (1, 2).',
+        )
+        paths = [v.path for v in make_block().variables]
+        problems = key_problems(list(layout_map.keys()), paths)
+        expect(not problems, problems[0] if problems else "")
+        distribution = keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
+        two, _, model = train_update(distribution)
+        up, down = model.get_layer("up").kernel, model.get_layer("down").kernel
+        expect(_shard_shapes(up) != {(8, 16)}, 'block/up/kernel is not split: give it (None, "model").')
+        expect(
+            _shard_shapes(up) == {(8, 8)},
+            'Split block/up/kernel by columns (its 16 units), not by rows: (None, "model").',
+        )
+        expect(_shard_shapes(down) != {(16, 4)}, 'block/down/kernel is not split: give it ("model", None).')
+        expect(
+            _shard_shapes(down) == {(8, 4)},
+            'Split block/down/kernel by rows, ("model", None): each device then multiplies the half of '
+            "the hidden units it computed.",
+        )
+        one, _, _ = train_update(None)
+        _same_update(two, one, "Split this way, the block should train as on one device")
+    passed(
+        "jax_tensor_parallel",
+        "up's kernel split by columns, down's by rows, keys read alike by Keras 3.13 and 3.14+, "
+        "one device's update.",
+    )
