@@ -117,6 +117,21 @@ def test_padded_loss_no_mask(tf, loss_object) -> None:
     fails_with(ex.check_padded_loss, compute_loss, "padding examples count")
 
 
+def test_padded_loss_mean_of_counts(tf, loss_object) -> None:
+    """Right on one device: the real examples counted with ReduceOp.MEAN, half the global count."""
+
+    def compute_loss(labels, logits, mask, model_losses):
+        real = tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.MEAN, tf.reduce_sum(mask)
+        )
+        loss = tf.reduce_sum(loss_object(labels, logits) * mask) / real
+        if model_losses:
+            loss += tf.nn.scale_regularization_loss(tf.add_n(model_losses))
+        return loss
+
+    fails_with(ex.check_padded_loss, compute_loss, "twice the single-device", "ReduceOp.SUM")
+
+
 def test_padded_loss_unscaled_penalty(tf, right_loss) -> None:
     def compute_loss(labels, logits, mask, model_losses):
         loss = right_loss(labels, logits, mask, [])
@@ -146,6 +161,9 @@ def make_dataset_factory(tf, how="right"):
             elif how == "global_batch":
                 dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
                 per_replica = global_batch_size
+            elif how == "unbatched":
+                dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+                return dataset
             elif how == "shuffled":
                 dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
                 dataset = dataset.shuffle(len(labels))
@@ -198,6 +216,15 @@ def test_dataset_fn_no_shard(tf) -> None:
         "2 input pipelines",
         "trained on twice",
         "dataset.shard(",
+    )
+
+
+def test_dataset_fn_unbatched(tf) -> None:
+    fails_with(
+        ex.check_per_replica_dataset_fn,
+        make_dataset_factory(tf, "unbatched"),
+        "one example, not a batch",
+        "get_per_replica_batch_size",
     )
 
 

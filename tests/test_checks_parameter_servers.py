@@ -41,6 +41,8 @@ def _answers(tf: Any) -> dict[str, tuple[str, Any]]:
                         loss = tf.nn.compute_average_loss(
                             per_example, global_batch_size=2 * tf.shape(per_example)[0]
                         )
+                    elif kind == "fixed_divisor":  # the notebook's GLOBAL_BATCH = 16, typed in
+                        loss = tf.nn.compute_average_loss(per_example, global_batch_size=16)
                     else:  # tf.reduce_mean is right here: one replica per step
                         loss = tf.reduce_mean(per_example)
                 grads = tape.gradient(loss, model.trainable_variables)
@@ -49,6 +51,8 @@ def _answers(tf: Any) -> dict[str, tuple[str, Any]]:
                 return loss
 
             def train_step(iterator: Any) -> Any:
+                if kind == "no_strategy_run":  # one replica per step, so why strategy.run?
+                    return replica_fn(*next(iterator))
                 per_replica = strategy.run(replica_fn, args=next(iterator))
                 if kind == "no_return":
                     return None
@@ -81,11 +85,24 @@ def _answers(tf: Any) -> dict[str, tuple[str, Any]]:
     def one_short(coordinator: Any, step: Any, iterator: Any, steps: int) -> Any:
         return right_loop(coordinator, step, iterator, steps - 1)
 
-    def pipeline(seed: str = "worker", repeat: bool = True, divide: int = 1, paired: bool = True) -> Any:
+    def args_not_a_tuple(coordinator: Any, step: Any, iterator: Any, steps: int) -> Any:
+        futures = [coordinator.schedule(step, args=iterator) for _ in range(steps)]
+        coordinator.join()
+        return [f.fetch() for f in futures]
+
+    def last_only(coordinator: Any, step: Any, iterator: Any, steps: int) -> Any:
+        for _ in range(steps):
+            future = coordinator.schedule(step, args=(iterator,))
+        coordinator.join()
+        return [future.fetch()]
+
+    def pipeline(
+        seed: str = "worker", repeat: bool = True, divide: int = 1, paired: bool = True, iterate: bool = True
+    ) -> Any:
         def make(coordinator: Any, x: Any, y: Any, batch: int) -> Any:
             def dataset_fn() -> Any:
                 worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-                shuffle_seed = tf.cast(worker, tf.int64) if seed == "worker" else 1
+                shuffle_seed = {"fixed": 1, "global": None}.get(seed, tf.cast(worker, tf.int64))
                 if paired:
                     data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=shuffle_seed)
                 else:
@@ -93,7 +110,8 @@ def _answers(tf: Any) -> dict[str, tuple[str, Any]]:
                     data = tf.data.Dataset.zip((xs, tf.data.Dataset.from_tensor_slices(y)))
                 return (data.repeat() if repeat else data).batch(batch // divide)
 
-            return iter(coordinator.create_per_worker_dataset(dataset_fn))
+            per_worker = coordinator.create_per_worker_dataset(dataset_fn)
+            return iter(per_worker) if iterate else per_worker
 
         return make
 
@@ -108,18 +126,24 @@ def _answers(tf: Any) -> dict[str, tuple[str, Any]]:
         "step no_apply": ("ps_train_step", step_factory("no_apply")),
         "step plain_python": ("ps_train_step", step_factory("plain_python")),
         "step no_return": ("ps_train_step", step_factory("no_return")),
+        "step no_strategy_run": ("ps_train_step", step_factory("no_strategy_run")),
+        "step fixed_divisor": ("ps_train_step", step_factory("fixed_divisor")),
         "loop right": ("ps_schedule_loop", right_loop),
         "loop fetch_without_join": ("ps_schedule_loop", fetch_without_join),
         "loop no_join": ("ps_schedule_loop", no_join),
         "loop no_fetch": ("ps_schedule_loop", no_fetch),
         "loop called_directly": ("ps_schedule_loop", called_directly),
         "loop one_short": ("ps_schedule_loop", one_short),
+        "loop args_not_a_tuple": ("ps_schedule_loop", args_not_a_tuple),
+        "loop last_only": ("ps_schedule_loop", last_only),
         "input right": ("ps_input", pipeline()),
         "input on_the_coordinator": ("ps_input", on_the_coordinator),
         "input not_repeated": ("ps_input", pipeline(repeat=False)),
         "input divided_batch": ("ps_input", pipeline(divide=2)),
         "input unpaired": ("ps_input", pipeline(paired=False)),
         "input fixed_seed": ("ps_input", pipeline(seed="fixed")),
+        "input global_seed": ("ps_input", pipeline(seed="global")),
+        "input not_an_iterator": ("ps_input", pipeline(iterate=False)),
     }
 
 
@@ -180,6 +204,11 @@ def test_coordinator_checks_pass_right_answers(outcomes: dict[str, str], case: s
         ("loop no_fetch", ".fetch()"),
         ("loop called_directly", "coordinator.schedule(step"),
         ("loop one_short", "ran 5 steps"),
+        ("loop args_not_a_tuple", "args=(iterator,)"),
+        ("loop last_only", "yours has 1"),
+        ("step no_strategy_run", "outside strategy.run"),
+        ("step fixed_divisor", "your loss divides by 16"),
+        ("input not_an_iterator", "a step calls next() on an iterator"),
         ("input on_the_coordinator", "create_per_worker_dataset"),
         ("input not_repeated", "repeat()"),
         ("input divided_batch", "do not divide the batch"),
@@ -195,8 +224,12 @@ def test_coordinator_checks_name_the_mistake(outcomes: dict[str, str], case: str
 def test_fixed_seed_is_named_when_both_workers_ran(outcomes: dict[str, str]) -> None:
     # The check can only compare the workers' orders when both ran a step (almost always): it
     # then names the seed; it never passes an answer whose workers read the same order.
-    message = outcomes["input fixed_seed"]
-    assert message == "pass" or "same order" in message, message
+    for case in (
+        "input fixed_seed",
+        "input global_seed",
+    ):  # the child sets a global seed, as the set-up cell does
+        message = outcomes[case]
+        assert message == "pass" or "same order" in message, message
 
 
 # ----------------------------------------------------------------------------- the partitioner checks
@@ -273,6 +306,31 @@ def test_ps_placement_mistakes(answer, hint) -> None:
     with pytest.raises(ExerciseError, match="ps_placement") as caught:
         ex.check_ps_placement(answer, observed=OBSERVED_SHARDS)
     assert hint in str(caught.value)
+
+
+# ----------------------------------------------------------------------------- the kernel's native stderr
+
+NATIVE_CHILD = """
+import os, sys
+from course_utils.lessons.coordinator import native_logs_to_file
+first = native_logs_to_file()
+assert native_logs_to_file() == first  # a second call keeps the first file
+os.write(2, b"native noise\\n")  # what TensorFlow's C++ logging does
+print("python says hello", file=sys.stderr, flush=True)
+print(first)
+"""
+
+
+def test_native_logs_go_to_a_file_and_python_stderr_still_shows(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COURSE_SCRATCH": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", NATIVE_CHILD], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    log = Path(done.stdout.strip())
+    assert log.parent == tmp_path / "08_parameter_servers"
+    assert log.read_text() == "native noise\n"
+    assert "python says hello" in done.stderr and "native noise" not in done.stderr
 
 
 if __name__ == "__main__":

@@ -263,6 +263,12 @@ def check_padded_loss(compute_loss: Callable[[Any, Any, Any, Any], Any]) -> None
                 f"on 2 replicas your summed loss divides by all {n} slots of the global batch, "
                 f"padding included: divide by the {REAL} real examples."
             )
+        if abs(summed - 2 * right) < 1e-4 * right:
+            raise ExerciseError(
+                f"on 2 replicas the replicas' losses sum to {summed:.4f}, twice the single-device "
+                f"{right:.4f}, although one device was right: your count of real examples is half "
+                f"the global {REAL}. Add the replicas' counts (ReduceOp.SUM), do not average them."
+            )
         expect_close(
             summed,
             right,
@@ -314,7 +320,13 @@ def _example_ids(element: Any, what: str) -> list[int]:
         f"{what} should be an (images, labels) pair, got {type(element).__name__}: build the "
         "dataset with tf.data.Dataset.from_tensor_slices((images, labels)).",
     )
-    return [int(i) for i in np.asarray(element[1]).ravel()]
+    ids = np.asarray(element[1])
+    expect(
+        ids.ndim >= 1,
+        f"{what} is one example, not a batch: end dataset_fn with "
+        "dataset.batch(input_context.get_per_replica_batch_size(global_batch_size)).",
+    )
+    return [int(i) for i in ids.ravel()]
 
 
 def _replica_batches(strategy: Any, dataset_fn: Callable[[Any], Any]) -> list[list[list[int]]]:

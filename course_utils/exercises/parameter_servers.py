@@ -146,7 +146,15 @@ def check_ps_train_step(
         start = compare.flat(model.trainable_variables)
         losses, first = [], None
         for _ in range(steps):
-            losses.append(_schedule(coordinator, step, iterator).fetch())
+            try:
+                losses.append(_schedule(coordinator, step, iterator).fetch())
+            except (RuntimeError, AttributeError) as error:  # the loss, or apply_gradients, outside a replica
+                expect(
+                    "cross replica context" not in str(error) and "merge_call" not in str(error),
+                    "Your step ran its loss and gradients outside strategy.run: even with one "
+                    "replica per step, call them through strategy.run(replica_fn, args=(features, labels)).",
+                )
+                raise
             first = compare.flat(model.trainable_variables) - start if first is None else first
         update = compare.flat(model.trainable_variables) - start
         reference = _one_device(np.tile(x, (steps, 1)), np.tile(y, (steps, 1)), weights)
@@ -167,6 +175,14 @@ def check_ps_train_step(
                 f"The first step moved the weights {f:.2f}x as far as one device's: you divided by "
                 "the batch times the workers. Under ParameterServerStrategy a step runs on one worker "
                 "on a whole batch (num_replicas_in_sync is 1): average over that batch.",
+            )
+            scaled = compare.mismatch(first, f * np.asarray(reference.first_update)) < 1e-3
+            divisor = BATCH / f if scaled and 0.05 < f < 0.95 else 0.0
+            expect(
+                not (divisor > BATCH and abs(divisor - round(divisor)) < 0.05),
+                f"The first step moved the weights {f:.2f}x as far as one device's: your loss divides "
+                f"by {round(divisor)}, but the step's batch has {BATCH} examples. Average over the batch "
+                "the step received (tf.nn.compute_average_loss(per_example), no global_batch_size).",
             )
             expect(
                 abs(f + 1) > 0.05,
@@ -231,6 +247,12 @@ def check_ps_schedule_loop(
         try:
             results = run_steps(coordinator, step, iterator, steps)
             finished = coordinator.done()
+        except TypeError as error:
+            expect(
+                "must be an iterable" not in str(error),
+                "Pass the step's arguments as a tuple: coordinator.schedule(step, args=(iterator,)).",
+            )
+            raise
         except AttributeError as error:
             expect(
                 "iterator" not in str(error),
@@ -250,8 +272,12 @@ def check_ps_schedule_loop(
             f"run_steps(..., steps={steps}) ran {int(count.numpy())} steps: schedule once per step.",
         )
         expect(
-            isinstance(results, (list, tuple)) and len(results) == steps,
-            f"Return the {steps} results in a list, one per step, not {type(results).__name__}.",
+            isinstance(results, (list, tuple)),
+            f"Return the {steps} results in a list, one per step, not a {type(results).__name__}.",
+        )
+        expect(
+            len(results) == steps,
+            f"Return the {steps} results in a list, one per step: yours has {len(results)}.",
         )
         remote = [r for r in results if hasattr(r, "fetch")]
         expect(
@@ -297,9 +323,15 @@ def check_ps_input(make_iterator: Callable[..., Any], strategy: Any, coordinator
                     "dataset_fn and pass that to coordinator.create_per_worker_dataset.",
                 )
             raise
+        name = type(iterator).__name__
         expect(
-            "PerWorker" in type(iterator).__name__,
-            f"Return iter(coordinator.create_per_worker_dataset(dataset_fn)), not a {type(iterator).__name__}.",
+            "PerWorker" in name,
+            f"Return iter(coordinator.create_per_worker_dataset(dataset_fn)), not a {name}.",
+        )
+        expect(
+            "Iterator" in name,
+            f"You returned the per-worker dataset ({name}): a step calls next() on an iterator, so "
+            "return iter(coordinator.create_per_worker_dataset(dataset_fn)).",
         )
         weights = _weights()
         model, optimizer = _ps_model(strategy, weights)

@@ -7,6 +7,7 @@
 * :mod:`.diagnostics` - notebook 05
 * :mod:`.machines` - notebook 06
 * :mod:`.deploy` - notebook 07
+* :mod:`.coordinator` - notebook 08 (its kernel's native stderr, sent to a file)
 * :mod:`.parallelism` - notebook 09 (its loops are in its cells; the benchmark is ``course_tools.bench``)
 * :mod:`.capstone` - notebook 10
 

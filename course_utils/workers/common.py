@@ -1,4 +1,4 @@
-"""Notebooks 07 and 08: what every worker program shares.
+"""Notebook 07 (and notebook 02's probes): what every worker program shares.
 
 * :func:`start` starts a watchdog thread: a worker whose launcher has gone away (the notebook
   kernel was killed) or that outlives its time limit ends itself, so no process is orphaned;
@@ -6,7 +6,7 @@
 * :func:`say` prints one line at once (the launcher shows it, prefixed by the task).
 * :func:`report` prints a machine-readable line that the launcher hides from the output and
   stores in ``TaskLog.data`` for the notebook to read.
-* :func:`make_examples` is the small regression problem both notebooks train on.
+* :func:`make_examples` is the small regression problem :mod:`.multi_worker` trains on.
 """
 
 from __future__ import annotations

@@ -1,0 +1,62 @@
+"""Notebook 08: the scaffolding around a kernel that coordinates an in-process cluster.
+
+Once a process has created a ``ParameterServerStrategy``, TensorFlow's C++ runtime tells every
+server when Python frees a traced function. A server that never received that function answers
+with an error, and the runtime logs it on the process's native stderr (file descriptor 2)::
+
+    E0000 00:00:... context.cc:911] Failed to remove function remotely due to Tried to remove
+    non-existent function '__inference_...'.
+    Additional GRPC error information from remote target /job:ps/replica:0/task:0 ...
+
+Nothing is wrong (the function is gone locally, and the servers never had it), but Python frees
+objects at garbage collection, under whichever cell happens to run. Jupyter shows file descriptor 2
+under the running cell, so the noise would land at random; the C++ log level cannot be changed once
+TensorFlow is imported. :func:`native_logs_to_file` sends file descriptor 2 to a file before the
+kernel joins the cluster. Python's own output in a kernel (``print``, warnings, tracebacks) does not
+use file descriptor 2 and still shows under its cell.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+from ..scratch import scratch_dir
+
+#: The file that receives native stderr, once :func:`native_logs_to_file` has run in this process.
+_LOG_FILE: Optional[Path] = None
+#: Where file descriptor 2 pointed before (Jupyter's pipe or a terminal), kept open for good.
+_SAVED_FD: Optional[int] = None
+
+
+def native_logs_to_file(notebook: str = "08_parameter_servers", name: str = "tensorflow_native.log") -> Path:
+    """From now on, write what native code (TensorFlow's C++ runtime, gRPC) prints on stderr to a
+    file in the notebook's scratch folder, and return that file.
+
+    Call it before the kernel joins a cluster; calling it again keeps the first file. Where Python's
+    own ``sys.stderr`` also writes to file descriptor 2 (a plain ``python`` process, not a kernel),
+    it is moved to a copy of the old descriptor first, so Python's messages still show.
+    """
+    global _LOG_FILE, _SAVED_FD
+    if _LOG_FILE is not None:
+        return _LOG_FILE
+    path = scratch_dir(notebook, clean=False) / name
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2 at all (some embedded runtimes): nothing would show anyway
+        _LOG_FILE = path
+        return path
+    try:
+        python_uses_fd_2 = sys.stderr is not None and sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # Jupyter's stream has no descriptor of its own
+        python_uses_fd_2 = False
+    sys.stderr.flush()
+    if python_uses_fd_2:
+        sys.stderr = open(saved, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)  # this kernel's log only
+    os.dup2(log, 2)
+    os.close(log)
+    _SAVED_FD, _LOG_FILE = saved, path  # the saved copy keeps Jupyter's pipe open: never closed
+    return path
