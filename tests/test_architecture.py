@@ -175,6 +175,7 @@ def test_the_core_is_small() -> None:
     core = sum(len(p.read_text().splitlines()) for p in (ROOT / "course_utils").glob("*.py"))
     whole = sum(len(p.read_text().splitlines()) for p in (ROOT / "course_utils").rglob("*.py"))
     assert core <= 3000, f"the core of course_utils is {core} lines"
-    # The aim is 11,000 lines; at this bound today (11,700), it may only shrink. What remains to
-    # move is lesson code that belongs in the notebooks' own cells (09's loops, 08's coordinator).
-    assert whole <= 11700, f"course_utils is {whole} lines"
+    # The aim is 11,000 lines. Notebooks 00-10 reached 10,846 once 02-09's programs moved into their
+    # cells; notebook 11 (Keras on JAX, about 400 lines) and checks of real code since brought it
+    # back over. The bound may only shrink; the next to move is notebook 01's simulation (1,100 lines).
+    assert whole <= 11650, f"course_utils is {whole} lines"

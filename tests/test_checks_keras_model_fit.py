@@ -96,6 +96,23 @@ def test_fit_on_replicas_other_rate_is_off_one_device():
     assert "off one device trained on batches of 32" in _hint(ex.check_fit_on_replicas, fit_on_replicas)
 
 
+def test_fit_on_replicas_two_epochs():
+    """Two epochs in global batches take as many steps as one in per-replica batches."""
+
+    def fit_on_replicas(strategy, make_model, images, labels, per_replica_batch):
+        import tensorflow as tf
+
+        with strategy.scope():
+            model = _compile(make_model())
+        global_batch = per_replica_batch * strategy.num_replicas_in_sync
+        model.fit(
+            tf.data.Dataset.from_tensor_slices((images, labels)).batch(global_batch), epochs=2, verbose=0
+        )
+        return model
+
+    assert "fit trained 2 epochs" in _hint(ex.check_fit_on_replicas, fit_on_replicas)
+
+
 def test_fit_on_replicas_returns_nothing():
     def fit_on_replicas(strategy, make_model, images, labels, per_replica_batch):
         _make_script()(strategy, make_model, images, labels, per_replica_batch)
@@ -146,7 +163,7 @@ def test_even_batches_mistakes(answer, hint):
 
 def test_even_batches_mean_of_means_is_measured():
     message = _hint(ex.check_even_batches, lambda d, g, r: d.batch(g))
-    assert "last batch of 3 splits 2 + 1" in message and "% off one device" in message
+    assert "last batch of 3 splits 2 + 1" in message and "% off one device's (|d2 - d1| / |d1|)" in message
 
 
 # --------------------------------------------------------------------------- fit_resumable
@@ -261,3 +278,23 @@ def test_scaled_batch_and_lr_mistakes(answer, hint):
 def test_check_examples_are_even_over_two_replicas():
     # The fit check's step counts assume an exact split of the global batch.
     assert ex.CHECK_EXAMPLES % (2 * ex.CHECK_PER_REPLICA_BATCH) == 0
+
+
+def test_fit_resumable_compiled_again_outside_the_scope():
+    """Adam created outside the scope: Keras's RuntimeError becomes a one-line hint."""
+
+    def fit_resumable(strategy, make_model, dataset, epochs, backup_dir, callbacks=()):
+        import keras
+
+        with strategy.scope():
+            model = make_model()
+        model.compile(
+            optimizer=keras.optimizers.Adam(0.01), loss=keras.losses.SparseCategoricalCrossentropy(True)
+        )
+        backup = keras.callbacks.BackupAndRestore(backup_dir)
+        model.fit(dataset, epochs=epochs, verbose=0, callbacks=[backup, *callbacks])
+        return model
+
+    message = _hint(ex.check_fit_resumable, fit_resumable)
+    assert "the optimizer was created outside `with strategy.scope():`" in message
+    assert "object at 0x" not in message

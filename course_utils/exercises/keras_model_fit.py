@@ -124,9 +124,34 @@ def _expect_trained_on(model: Any, strategy: Any, hint_returns: str) -> None:
     )
 
 
+#: What Keras raises when ``fit`` meets an optimizer created outside the model's strategy scope.
+MIXED_STRATEGIES = "Mixing different tf.distribute.Strategy objects"
+
+
+def _call_student(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)``, with Keras's error for an optimizer made outside the scope as a hint."""
+    try:
+        return function(*args)
+    except RuntimeError as error:
+        expect(
+            MIXED_STRATEGIES not in str(error),
+            "fit raised 'Mixing different tf.distribute.Strategy objects': the optimizer was created "
+            "outside `with strategy.scope():`; compile inside the scope (and do not compile again outside).",
+        )
+        raise
+
+
 def _weight_mismatch(mine: Any, reference: Any) -> float:
     return compare.mismatch(
         compare.flat(mine.trainable_variables), compare.flat(reference.trainable_variables)
+    )
+
+
+def _update_mismatch(mine: Any, reference: Any, start: np.ndarray) -> float:
+    """``|d2 - d1| / |d1|`` of the weights' changes from ``start`` (d2: ``mine``, d1: one device's),
+    the measure notebook 03 prints for an uneven batch."""
+    return compare.mismatch(
+        compare.flat(mine.trainable_variables) - start, compare.flat(reference.trainable_variables) - start
     )
 
 
@@ -144,7 +169,7 @@ def check_fit_on_replicas(fit_on_replicas: Callable[..., Any], strategy: Any = N
         images, labels = _check_images(CHECK_EXAMPLES)
         per_replica = CHECK_PER_REPLICA_BATCH
         global_batch = per_replica * strategy.num_replicas_in_sync
-        model = fit_on_replicas(strategy, small_model, images, labels, per_replica)
+        model = _call_student(fit_on_replicas, strategy, small_model, images, labels, per_replica)
         _expect_trained_on(
             model,
             strategy,
@@ -152,6 +177,8 @@ def check_fit_on_replicas(fit_on_replicas: Callable[..., Any], strategy: Any = N
         )
         steps = _iterations(model)
         expect(steps != 0, "The optimizer took no step: call model.fit(...) before returning the model.")
+        epochs = len(getattr(getattr(model, "history", None), "epoch", None) or [])
+        expect(epochs <= 1, f"fit trained {epochs} epochs; the script trains one: keep epochs=1.")
         expect(
             steps != math.ceil(len(labels) / per_replica),
             f"fit took {steps} steps for {len(labels)} examples: the dataset is batched by the "
@@ -226,25 +253,29 @@ def check_even_batches(even_batches: Callable[..., Any], strategy: Any = None) -
                 model = _sgd_model(0.1)
             model.fit(batched, epochs=1, verbose=0)
             reference = _fit_one_device(lambda: _sgd_model(0.1), batched)
-            off = _weight_mismatch(model, reference)
+            off = _update_mismatch(model, reference, compare.flat(small_model().trainable_variables))
             uneven = [size for size in sizes if size % replicas]
             expect(
                 not uneven,
-                f"{call}: the last batch of {sizes[-1]} splits {_split(sizes[-1], replicas)}; each "
-                f"replica averages over its own examples, so that step is a mean of means ({off:.1%} "
-                "off one device after the epoch). Drop the remainder: drop_remainder=True.",
+                f"{call}: the last batch of {sizes[-1]} splits {_split(sizes[-1], replicas)}, a mean of "
+                f"means: the epoch's update is {off:.0%} off one device's (|d2 - d1| / |d1|). Drop the "
+                "remainder: drop_remainder=True.",
             )
             expect(
                 sizes[0] == want,
                 f"{call} gives batches of {sizes[0]}: use the largest batch that is at most {asked} "
                 f"and that {replicas} replicas divide ({want}).",
             )
-            expect(off < 1e-4, f"{call}: on {replicas} replicas the weights are {off:.1%} off one device.")
+            expect(
+                off < 1e-4,
+                f"{call}: on {replicas} replicas the epoch's update is {off:.1%} off one device's "
+                "(|d2 - d1| / |d1|).",
+            )
             offs.append(off)
     passed(
         exercise_id,
         f"7 examples asked in 4s: 1 step of 4; 3 asked in 3s: 1 step of 2; {replicas} replicas give "
-        f"one device's weights (largest mismatch {max(offs):.0e}).",
+        f"one device's update (largest update error {max(offs):.0e}).",
     )
 
 
@@ -295,8 +326,14 @@ def check_fit_resumable(fit_resumable: Callable[..., Any], strategy: Any = None)
             backup_dir = str(Path(folder) / "backup")
             interrupted = False
             try:
-                fit_resumable(
-                    strategy, _adam_model, dataset, RESUME_EPOCHS, backup_dir, [_interrupt_at(RESUME_AT)]
+                _call_student(
+                    fit_resumable,
+                    strategy,
+                    _adam_model,
+                    dataset,
+                    RESUME_EPOCHS,
+                    backup_dir,
+                    [_interrupt_at(RESUME_AT)],
                 )
             except Preempted:
                 interrupted = True
@@ -313,7 +350,9 @@ def check_fit_resumable(fit_resumable: Callable[..., Any], strategy: Any = None)
             )
             begun: list[int] = []
             recorder = keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: begun.append(epoch))
-            model = fit_resumable(strategy, _adam_model, dataset, RESUME_EPOCHS, backup_dir, [recorder])
+            model = _call_student(
+                fit_resumable, strategy, _adam_model, dataset, RESUME_EPOCHS, backup_dir, [recorder]
+            )
         _expect_trained_on(
             model,
             strategy,
