@@ -92,6 +92,10 @@ def test_worker_input_sharded_after_batching_is_right(tmp_path, capsys) -> None:
             "return data.batch(8, drop_remainder=True).skip(input_context.input_pipeline_id)",
             "not the global batch",
         ),
+        (  # data.shard's arguments swapped: 0 shards on one device
+            "data = data.shard(input_context.input_pipeline_id, input_context.num_input_pipelines)\n" + BATCH,
+            "its arguments are (num_shards, index)",
+        ),
     ],
 )
 def test_worker_input_mistakes(tmp_path, answer, hint) -> None:
@@ -151,6 +155,11 @@ def test_worker_step_passes(tmp_path, capsys) -> None:
             "on 1 replica is not one device's step",
         ),
         ("ReduceOp.SUM", "ReduceOp.MEAN", "replicas' shares were averaged"),  # a 2x too small loss
+        (  # the replicas' losses returned unreduced
+            "return strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None)",
+            "return shares",
+            "combine them into the global batch's loss with strategy.reduce",
+        ),
         (  # the replica step called outside strategy.run
             "shares = strategy.run(replica_step, args=(x, y))",
             "shares = replica_step(x, y)",

@@ -91,7 +91,15 @@ def check_worker_input(program: Any) -> None:
     with exercise("worker_input"):
         train = load_program(program, "make_dataset", "GLOBAL_BATCH")
         g = int(train.GLOBAL_BATCH)
-        one = _batches(train.make_dataset(tf.distribute.InputContext(), 0))
+        try:
+            one = _batches(train.make_dataset(tf.distribute.InputContext(), 0))
+        except tf.errors.InvalidArgumentError as error:
+            expect(
+                "shards" not in str(error),
+                "data.shard got 0 shards: its arguments are (num_shards, index), so "
+                "data.shard(input_context.num_input_pipelines, input_context.input_pipeline_id).",
+            )
+            raise
         expect(
             one and all(len(ids) == g for ids, _, _ in one),
             f"On one device (1 input pipeline, 1 replica) make_dataset gave batches of "
@@ -169,6 +177,7 @@ def check_worker_step(program: Any) -> None:
     device: the same update and the same loss."""
     import keras
 
+    tf = import_tensorflow()
     with exercise("worker_step"):
         train = load_program(program, "make_train_step", "GLOBAL_BATCH", "FEATURES")
         g = int(train.GLOBAL_BATCH)
@@ -179,7 +188,17 @@ def check_worker_step(program: Any) -> None:
         def make_step(strategy: Any, model: Any, optimizer: Any, metric: Any, _g: int) -> Any:
             step = train.make_train_step(strategy, model, optimizer)
             expect(callable(step), f"make_train_step returned {step!r}: return the tf.function train_step.")
-            return lambda inputs: step(*inputs)
+
+            def call(inputs: Any) -> Any:
+                loss = step(*inputs)
+                expect(
+                    not isinstance(loss, tf.distribute.DistributedValues),
+                    "train_step returned each replica's own loss (a PerReplica value): combine them into "
+                    "the global batch's loss with strategy.reduce(tf.distribute.ReduceOp.SUM, ..., axis=None).",
+                )
+                return loss
+
+            return call
 
         def make_model() -> Any:
             keras.utils.set_random_seed(1)
