@@ -189,7 +189,7 @@ def test_result_table_and_factors() -> None:
         replicas=(1, 2),
     )
     assert not result.ok and not result.comparisons[2].weights_same
-    assert result.comparisons[2].weight_factor > 1.1  # each replica's shorter gradient escapes the clip
+    assert result.comparisons[2].weight_factor > 1.1  # each replica clips its own gradient, not the sum
     assert "DIFFERS" in result.table()
 
 

@@ -1,13 +1,15 @@
 """Notebook 10 (capstone): its checks, graded by :func:`course_utils.compare.same_update`.
 
-The capstone's single-device script (the same constants and code as the notebook's cell) is here
-too: it is the one-device reference the checks compare the student's distributed step with, so a
-student's capstone gets the same verdict and hint as ``check_same_update`` gives any step.
+The capstone's single-device script (the same constants and code as the notebook's cell), and its
+version with a learning-rate warmup, are here too: they are the one-device references the checks
+compare the student's distributed steps with, so a student's capstone gets the same verdict and
+hint as ``check_same_update`` gives any step.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import inspect
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -24,6 +26,7 @@ CLIP_NORM = 1.0
 LEARNING_RATE = 0.1
 CHECK_BATCH = 32  # global batch of the checks: 8 examples per replica on 4
 CHECK_STEPS = 2
+WARMUP = 4  # the warmup script: the learning rate grows to LEARNING_RATE over 4 steps
 
 
 def make_model(seed: int = 0) -> Any:
@@ -92,8 +95,22 @@ def _script_clip(gradients: Any, clip_norm: float) -> Any:
 
 #: The single-device script's step, in the factory form the check runs (the reference) ...
 make_script_step = step_with_loss(_script_loss, _script_clip, CLIP_NORM)
-#: ... and without its clipping: the reference for the loss alone.
-_unclipped_script_step = step_with_loss(_script_loss)
+
+
+def make_warmup_script_step(model: Any, optimizer: Any, metric: Any, global_batch_size: int) -> Any:
+    """The script with a warmup on one device: a step counter ``steps_done`` (a plain
+    ``tf.Variable``) incremented in the step sets the learning rate to
+    ``LEARNING_RATE x min(1, steps_done / WARMUP)`` before the script's step."""
+    tf = _tf()
+    steps_done = tf.Variable(0, trainable=False)
+    script_step = make_script_step(model, optimizer, metric, global_batch_size)
+
+    def train_step(inputs: Any) -> Any:
+        warmup = tf.minimum(1.0, tf.cast(steps_done.assign_add(1), tf.float32) / WARMUP)
+        optimizer.learning_rate.assign(LEARNING_RATE * warmup)
+        return script_step(inputs)
+
+    return train_step
 
 
 def same_update(
@@ -116,8 +133,28 @@ def same_update(
 # --------------------------------------------------------------------------- the checks
 
 
-def check_naive_loss_prediction(prediction: Any, measured: float) -> None:
-    """``PREDICTION``: the loss the naive port reports on 4 replicas at its first step."""
+def naive_first_loss(naive_train_step: Callable[..., Any], replicas: int = 4) -> float:
+    """The loss ``naive_train_step`` reports (the SUM over replicas) at its first step on the check
+    data, run on ``replicas`` replicas from the script's starting weights."""
+    images, labels, weights = (c[:CHECK_BATCH] for c in check_data())
+    start = [np.array(w) for w in make_model().get_weights()]
+    run = compare.run(
+        compare.checking_strategy(replicas),
+        lambda strategy, model, optimizer, metric: naive_train_step(model, optimizer, metric, CHECK_BATCH),
+        [images, labels, weights],
+        make_model=make_model,
+        weights=start,
+        make_optimizer=make_optimizer,
+        make_metric=make_metric,
+    )
+    return float(run.losses[0] or 0.0)
+
+
+def check_naive_loss_prediction(
+    prediction: Any, naive_train_step: Callable[..., Any], replicas: int = 4
+) -> None:
+    """``PREDICTION``: the loss the naive port reports on ``replicas`` replicas at its first step,
+    measured here, before any cell prints it."""
     with exercise("naive_loss_prediction"):
         if prediction is None or prediction is Ellipsis:
             raise NotImplementedError
@@ -125,30 +162,31 @@ def check_naive_loss_prediction(prediction: Any, measured: float) -> None:
             isinstance(prediction, (int, float, np.floating)) and not isinstance(prediction, bool),
             f"Set PREDICTION to a number (got {prediction!r}).",
         )
+        measured = naive_first_loss(naive_train_step, replicas)
         data, penalty = script_first_loss()
-        value = float(prediction)
+        value, n = float(prediction), replicas
         if abs(value - (data + penalty)) < 1e-3 and abs(measured - (data + penalty)) > 1e-3:
             expect(
                 False,
                 f"You predicted the one-device loss {data + penalty:.4f}. The naive port "
-                "adds the whole penalty on each of the 4 replicas, and SUM adds the 4 "
+                f"adds the whole penalty on each of the {n} replicas, and SUM adds the {n} "
                 f"replicas' losses: it reported {measured:.4f}.",
             )
-        if abs(value - 4 * (data + penalty)) < 1e-3:
+        if abs(value - n * (data + penalty)) < 1e-3:
             expect(
                 False,
                 "Each replica's data loss is its share of the global batch "
-                "(compute_average_loss divides by the global batch), so the 4 shares add up to "
-                f"the one-device data loss {data:.4f}, not 4x it; it reported {measured:.4f}.",
+                f"(compute_average_loss divides by the global batch), so the {n} shares add up to "
+                f"the one-device data loss {data:.4f}, not {n}x it; it reported {measured:.4f}.",
             )
         expect(
             abs(value - measured) < 1e-3,
-            f"You predicted {value:.4f}; the naive port reported {measured:.4f} on 4 replicas "
+            f"You predicted {value:.4f}; the naive port reported {measured:.4f} on {n} replicas "
             f"(data loss {data:.4f}, penalty {penalty:.4f} on one device).",
         )
     passed(
         "naive_loss_prediction",
-        f"{measured:.4f} = the data loss + 4 x the penalty: SUM adds the penalty 4 times.",
+        f"{measured:.4f} = the data loss + {replicas} x the penalty: SUM adds the penalty {replicas} times.",
     )
 
 
@@ -165,74 +203,82 @@ def script_first_loss() -> tuple[float, float]:
     return data, float(tf.add_n(model.losses))
 
 
-def check_capstone_loss(capstone_loss: Callable[..., Any]) -> None:
-    """``capstone_loss(labels, logits, sample_weight, model_losses, global_batch_size)``: the
-    per-replica loss whose SUM over replicas is the script's loss, with the same gradients."""
-    with exercise("capstone_loss"):
-        result = same_update(step_with_loss(capstone_loss), reference=_unclipped_script_step)
-        expect(result.ok, result.hint)
-    passed("capstone_loss", f"the script's update, loss and metric on {_counts()} replicas.")
-
-
-def check_capstone_clip(capstone_clip: Callable[[list, float], Any]) -> None:
-    """``capstone_clip(gradients, clip_norm)``, called in each replica: what each replica hands to
-    ``apply_gradients`` (which adds them up) so that the sum is the one-device clipped gradient."""
-    tf = _tf()
-    with exercise("capstone_clip"):
-        # Two replicas whose gradients are each shorter than the clip norm; their sum is longer.
-        shares = [np.array([0.6, 0.0, 0.2], np.float32), np.array([0.5, 0.3, 0.0], np.float32)]
-        big = [np.array([3.0, -1.0, 0.0], np.float32), np.array([0.0, 2.0, 1.0], np.float32)]
-        for case, clip_norm in ((shares, 1.0), (big, 1.0), (shares, 5.0)):
-            total = np.sum(case, axis=0)
-            want, _ = tf.clip_by_global_norm([tf.constant(total)], clip_norm)
-            want = want[0].numpy()
-            one = np.asarray(capstone_clip([tf.constant(total)], clip_norm)[0])
-            expect(
-                np.allclose(one, want, atol=1e-6),
-                f"On one device, clipping {total.tolist()} to norm {clip_norm} should give "
-                f"{np.round(want, 4).tolist()}, got {np.round(one, 4).tolist()}.",
-            )
-            strategy = compare.checking_strategy(2)
-            values = tf.constant(np.stack(case))
-
-            @tf.function
-            def run(values: Any = values, clip_norm: float = clip_norm) -> Any:
-                def replica() -> Any:
-                    index = tf.distribute.get_replica_context().replica_id_in_sync_group
-                    return capstone_clip([tf.gather(values, index)], clip_norm)[0]
-
-                return compare.sum_replicas(strategy, strategy.run(replica))
-
-            got = run().numpy()
-            if np.allclose(got, want, atol=1e-5):
-                continue
-            local = sum(tf.clip_by_global_norm([tf.constant(s)], clip_norm)[0][0].numpy() for s in case)
-            expect(
-                not np.allclose(got, local, atol=1e-5),
-                f"Each replica clipped its own gradient (norms {', '.join(f'{np.linalg.norm(s):.2f}' for s in case)}) "
-                f"against {clip_norm}, but one device clips their sum (norm {np.linalg.norm(total):.2f}): "
-                "clip by the norm of the all-reduced gradient (tf.distribute.get_replica_context().all_reduce).",
-            )
-            f = compare.factor(got, want)
-            expect(
-                not abs(f - 2.0) < 1e-3,
-                "The replicas' results add up to 2.00x the clipped gradient: apply_gradients adds "
-                "the replicas' gradients itself, so each replica must return its own share, "
-                "scaled, not the all-reduced total.",
-            )
-            expect(
-                False,
-                f"On 2 replicas the clipped gradients add up to {np.round(got, 4).tolist()}; "
-                f"one device gives {np.round(want, 4).tolist()} ({f:.2f}x).",
-            )
-    passed("capstone_clip", "the replicas' shares add up to the one-device clipped gradient.")
-
-
-def check_capstone_step(make_train_step: Callable[..., Any]) -> compare.SameUpdate:
-    """``make_train_step(model, optimizer, metric, global_batch_size)``: the whole per-replica
-    step, compared with the single-device script on 1, 2 and 4 replicas."""
-    with exercise("capstone_step"):
+def check_capstone_port(make_train_step: Callable[..., Any]) -> compare.SameUpdate:
+    """``make_train_step(model, optimizer, metric, global_batch_size)``: the whole port of the
+    script (data loss share, penalty, clipping after the sum, metric), compared with the
+    single-device script on 1, 2 and 4 replicas."""
+    with exercise("capstone_port"):
         result = same_update(make_train_step)
         expect(result.ok, result.hint)
-    passed("capstone_step", f"weights, loss and weighted accuracy match the script on {_counts()} replicas.")
+    passed("capstone_port", f"weights, loss and weighted accuracy match the script on {_counts()} replicas.")
     return result
+
+
+def counter_readings(factory: Callable[..., Any], replicas: int) -> list[float]:
+    """The scalar variables ``factory`` creates (step counters), read on the first device after
+    ``CHECK_STEPS`` steps of its step on ``replicas`` replicas (one value per variable)."""
+    tf = _tf()
+    created: list[Any] = []
+
+    def record(next_creator: Any, **kwargs: Any) -> Any:
+        variable = next_creator(**kwargs)
+        created.append(variable)
+        return variable
+
+    takes_strategy = list(inspect.signature(factory).parameters)[:1] == ["strategy"]
+
+    def bind(strategy: Any, model: Any, optimizer: Any, metric: Any) -> Any:
+        with tf.variable_creator_scope(record):
+            if takes_strategy:
+                return factory(strategy, model, optimizer, metric, CHECK_BATCH)
+            return factory(model, optimizer, metric, CHECK_BATCH)
+
+    compare.run(
+        compare.checking_strategy(replicas),
+        bind,
+        list(check_data()),
+        batch=CHECK_BATCH,
+        make_model=make_model,
+        weights=[np.array(w) for w in make_model().get_weights()],
+        make_optimizer=make_optimizer,
+        make_metric=make_metric,
+    )
+    first = [v for v in created if v.shape.rank == 0 and v.device.upper().endswith("CPU:0")]
+    return [float(v.numpy()) for v in first]
+
+
+def _counter_hint(fixed_port: Callable[..., Any], hint: str) -> Optional[str]:
+    """A step counter's mistake, said plainly, or None when the counters count as on one device."""
+    if "cannot be reduced with the given reduce op ReduceOp.SUM" in hint:
+        return (
+            "the step counter has aggregation=SUM: in replica context its assign_add(1) must be "
+            "added over the replicas, and a constant is not a per-replica value, so it raises "
+            "(with a tensor it would count N per step); use aggregation=tf.VariableAggregation."
+            "ONLY_FIRST_REPLICA"
+        )
+    n = max(replica_counts())
+    try:
+        one, many = counter_readings(fixed_port, 1), counter_readings(fixed_port, n)
+    except Exception:  # the step fails in a way the same-update hint already names
+        return None
+    if not one or one == many:
+        return None
+    return (
+        f"your step counter reads {many[0]:g} after {CHECK_STEPS} steps on {n} replicas, "
+        f"{one[0]:g} on one device: every replica adds its 1 to the same variable, made outside "
+        "strategy.scope(); create it in the scope (fixed_port gets the strategy), "
+        "aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA"
+    )
+
+
+def check_capstone_counter(fixed_port: Callable[..., Any]) -> None:
+    """``fixed_port(strategy, model, optimizer, metric, global_batch_size)``: the port with the
+    warmup's step counter, compared with the warmup script on one device on 1, 2 and 4 replicas."""
+    with exercise("capstone_counter"):
+        result = same_update(fixed_port, reference=make_warmup_script_step)
+        if not result.ok:
+            expect(False, _counter_hint(fixed_port, result.hint) or result.hint)
+    passed(
+        "capstone_counter",
+        f"the warmup counts each step once: the warmup script's update on {_counts()} replicas.",
+    )
