@@ -75,6 +75,12 @@ def test_clip_after_sum(tf, capsys) -> None:
     fails_with(ex.check_clip_after_sum, hard_coded, "On 1 device", "0.50x")
     fails_with(ex.check_clip_after_sum, lambda grads, clip_norm: grads, "not clipped")
 
+    def per_tensor(grads, clip_norm):  # clips the sum, but each tensor apart (clipnorm, not global)
+        total, n = _summed(tf, grads)
+        return [tf.clip_by_norm(g, clip_norm) / n for g in total]
+
+    fails_with(ex.check_clip_after_sum, per_tensor, "On 1 device", "not tf.clip_by_norm on each")
+
     def mean_then_divided(grads, clip_norm):  # a MEAN where the SUM belongs: right while the clip fires
         context = tf.distribute.get_replica_context()
         mean = context.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
@@ -173,6 +179,17 @@ def test_global_moments(tf, capsys) -> None:
         return total / n, squares / n - (total / n) ** 2
 
     fails_with(ex.check_global_moments, local_count, "split 4 + 3", "all-reduced count")
+
+    def unbiased(x):  # the sample variance, divided by count - 1
+        context = tf.distribute.get_replica_context()
+        count = tf.cast(tf.shape(x)[0], x.dtype)
+        total, squares, count = context.all_reduce(
+            tf.distribute.ReduceOp.SUM, [tf.reduce_sum(x, 0), tf.reduce_sum(x * x, 0), count]
+        )
+        mean = total / count
+        return mean, (squares - count * mean * mean) / (count - 1)
+
+    fails_with(ex.check_global_moments, unbiased, "count - 1", "divide by the count")
     fails_with(ex.check_global_moments, lambda x: tf.nn.moments(x, axes=[1]), "shape (3,)")
     fails_with(ex.check_global_moments, blank, "not done yet")
 

@@ -229,7 +229,9 @@ def check_clip_after_sum(clip_summed_gradients: Callable[[Any, float], Any]) -> 
         return step, reference
 
     regimes = [(CLIP, "the clip firing"), (NO_CLIP, "a clip norm no gradient reaches")]
-    places = [("2 replicas", two_replicas()), ("1 device", tf.distribute.get_strategy())]
+    # One device first: a mistake that is wrong there too (clipping each tensor apart) is named as
+    # such, before 2 replicas blame it on clipping per replica.
+    places = [("1 device", tf.distribute.get_strategy()), ("2 replicas", two_replicas())]
     with exercise("clip_after_sum"):
         for (clip, regime), (where, strategy) in ((r, p) for r in regimes for p in places):
             step, reference = steps(clip)
@@ -272,8 +274,9 @@ def check_clip_after_sum(clip_summed_gradients: Callable[[Any, float], Any]) -> 
                 )
             expect(
                 False,
-                f"{found} On one device the optimizer clips the batch's gradient to global norm "
-                "clip_norm and applies it; make the applied gradient that same one.",
+                f"{found} On one device the optimizer clips all the gradients together to global norm "
+                "clip_norm (tf.clip_by_global_norm on the whole list, not tf.clip_by_norm on each "
+                "tensor) and applies them; make the applied gradient that same one.",
             )
     passed(
         "clip_after_sum",
@@ -325,9 +328,10 @@ def check_average_loss(average_loss: Callable[[Any], Any], global_batch: int = 8
                 )
             expect(
                 False,
-                f"On a {split}: {_factor_text(result)} The default denominator of "
-                "compute_average_loss is (this replica's batch) x (replicas), which weights the "
-                "examples of a smaller replica batch more. Divide by the total number of examples "
+                f"On a {split}: {_factor_text(result)} Dividing by this replica's own count (as "
+                "tf.reduce_mean does, and compute_average_loss's default denominator, this replica's "
+                "batch x replicas) weights the examples of a smaller replica batch more. Divide by "
+                "the total number of examples "
                 "of the global batch, summed over the replicas with "
                 "tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, ...).",
             )
@@ -372,7 +376,8 @@ def check_global_moments(global_moments: Callable[[Any], Any]) -> None:
     with exercise("global_moments"):
         for rows in (GLOBAL_BATCH, GLOBAL_BATCH - 1):
             x = moments_batch(rows)
-            want = np.stack([x.mean(axis=0), x.var(axis=0)])
+            x64 = x.astype(np.float64)
+            want = np.stack([x64.mean(axis=0), x64.var(axis=0)])
             for where, strategy in places:
                 parts = _split(rows) if strategy.num_replicas_in_sync > 1 else [slice(0, rows)]
                 results = _on_replicas(strategy, lambda x: tuple(global_moments(x)), [x])
@@ -392,7 +397,15 @@ def check_global_moments(global_moments: Callable[[Any], Any]) -> None:
                         f"the global batch's are {np.round(want[0], 3).tolist()} and "
                         f"{np.round(want[1], 3).tolist()}."
                     )
-                    local = x[parts[replica]]
+                    if np.allclose(got[0], want[0], rtol=1e-4, atol=1e-5) and np.allclose(
+                        got[1], want[1] * rows / (rows - 1), rtol=1e-4, atol=1e-5
+                    ):
+                        expect(
+                            False,
+                            f"{said} The mean is right; the variance divides by count - 1 (the unbiased "
+                            "estimate). BatchNorm normalizes with the plain one: divide by the count.",
+                        )
+                    local = x64[parts[replica]]
                     if np.allclose(got, [local.mean(0), local.var(0)], rtol=1e-4, atol=1e-5):
                         expect(
                             False,
@@ -400,7 +413,7 @@ def check_global_moments(global_moments: Callable[[Any], Any]) -> None:
                             "what a per-replica BatchNorm uses): add up sums over the replicas with "
                             "get_replica_context().all_reduce(SUM, ...).",
                         )
-                    local_vars = np.mean([x[p].var(0) for p in parts], axis=0)
+                    local_vars = np.mean([x64[p].var(0) for p in parts], axis=0)
                     if np.allclose(got[0], want[0], rtol=1e-4, atol=1e-5) and np.allclose(
                         got[1], local_vars, rtol=1e-4, atol=1e-5
                     ):
