@@ -69,6 +69,50 @@ def test_logged_steps_without_strategy_run_fails_on_two_replicas(two_replicas) -
     assert "your code raised" in str(error.value)
 
 
+def _logged_with(body):
+    """``make_logged_steps`` whose loop is ``body(strategy, replica_step, iterator, steps)``."""
+
+    def make_logged_steps(strategy, replica_step):
+        return tf.function(lambda iterator, steps: body(strategy, replica_step, iterator, steps))
+
+    return make_logged_steps
+
+
+def _python_list(strategy, replica_step, iterator, steps):
+    losses = []
+    for _ in tf.range(steps):
+        shares = strategy.run(replica_step, args=(next(iterator),))
+        losses.append(strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None))
+    return tf.stack(losses)
+
+
+def _unreduced(strategy, replica_step, iterator, steps):
+    losses = tf.TensorArray(tf.float32, size=steps)
+    for i in tf.range(steps):
+        losses = losses.write(i, strategy.run(replica_step, args=(next(iterator),)))
+    return losses.stack()
+
+
+def _unstacked(strategy, replica_step, iterator, steps):
+    losses = tf.TensorArray(tf.float32, size=steps)
+    for i in tf.range(steps):
+        shares = strategy.run(replica_step, args=(next(iterator),))
+        losses = losses.write(i, strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None))
+    return losses
+
+
+@pytest.mark.parametrize(
+    ("body", "hint"),
+    [(_python_list, "a Python list"), (_unreduced, "strategy.reduce"), (_unstacked, "losses.stack()")],
+    ids=["python list", "per-replica losses written", "TensorArray returned"],
+)
+def test_logged_steps_errors_become_hints(two_replicas, body, hint: str) -> None:
+    with pytest.raises(ExerciseError, match="Exercise logged_steps") as error:
+        ex.check_logged_steps(_logged_with(body))
+    assert hint in str(error.value)
+    assert "your code raised" not in str(error.value)
+
+
 def test_logged_steps_placeholder_is_named() -> None:
     def placeholder(strategy, replica_step):
         raise NotImplementedError("Exercise logged_steps: write your solution here")
@@ -154,8 +198,9 @@ def test_pipelined_throughput_right_answer_passes(capsys: pytest.CaptureFixture[
         (lambda i, c, p: max(i, c) if p else 1 / (1 / i + 1 / c), "not the step"),
         (lambda i, c, p: min(i, c), "add up"),
         (lambda i, c, p: "fast", "should return a number"),
+        (lambda i, c, p: i + c if p else 1 / (1 / i + 1 / c), "never goes faster than its slower side"),
     ],
-    ids=["never overlaps", "faster side", "always overlaps", "not a number"],
+    ids=["never overlaps", "faster side", "always overlaps", "not a number", "rates added"],
 )
 def test_pipelined_throughput_mistakes(answer, hint: str) -> None:
     with pytest.raises(ExerciseError, match="Exercise pipelined_throughput") as error:

@@ -130,6 +130,11 @@ def _model_in_scope(strategy: Any) -> tuple[Any, Any]:
 
 
 def _losses(value: Any, steps: int, where: str) -> list[float]:
+    tf = _tf()
+    expect(
+        not isinstance(value, tf.TensorArray) and getattr(value, "dtype", None) != tf.variant,
+        f"{where} train_logged returned the tf.TensorArray itself: return losses.stack(), a vector.",
+    )
     array = np.asarray(value.numpy() if hasattr(value, "numpy") else value, dtype=np.float64)
     expect(
         array.shape == (steps,),
@@ -137,6 +142,26 @@ def _losses(value: Any, steps: int, where: str) -> list[float]:
         f"a vector of {steps} (write each step's loss into a tf.TensorArray, then .stack() it).",
     )
     return [float(v) for v in array]
+
+
+def _call_logged(train_logged: Callable[[Any, Any], Any], iterator: Any, replicas: int) -> Any:
+    """One call of ``train_logged``; the two errors its usual mistakes raise become hints."""
+    tf = _tf()
+    try:
+        return train_logged(iterator, tf.constant(STEPS_PER_CALL))
+    except Exception as error:
+        written = isinstance(error, AttributeError) and "'PerReplica' object has no attribute" in str(error)
+        if type(error).__name__ != "InaccessibleTensorError" and not written:
+            raise
+        if written:
+            raise ExerciseError(
+                f"{_on(replicas)} a per-replica value reached the TensorArray: first add the replicas' "
+                "losses with strategy.reduce(tf.distribute.ReduceOp.SUM, ..., axis=None)."
+            ) from None
+        raise ExerciseError(
+            f"{_on(replicas)} a loss made inside the tf.range loop was kept outside it (a Python list "
+            "does not grow in a graph loop): losses = losses.write(i, loss) on a tf.TensorArray."
+        ) from None
 
 
 def run_logged_steps(make_logged_steps: Callable[[Any, Any], Any], replicas: int) -> tuple[compare.Run, int]:
@@ -163,7 +188,7 @@ def run_logged_steps(make_logged_steps: Callable[[Any, Any], Any], replicas: int
     before = compare.flat(model.trainable_variables)
     losses: list[float] = []
     for _ in range(CALLS):
-        losses += _losses(train_logged(iterator, tf.constant(STEPS_PER_CALL)), STEPS_PER_CALL, _on(replicas))
+        losses += _losses(_call_logged(train_logged, iterator, replicas), STEPS_PER_CALL, _on(replicas))
     update = compare.flat(model.trainable_variables) - before
     return compare.Run(replicas, tuple(losses), update), python_calls[0]
 
@@ -330,6 +355,11 @@ def check_pipelined_throughput(pipelined_throughput: Callable[[float, float, boo
     the input alone delivers ``input_rate`` and the step alone consumes ``compute_rate``."""
     with exercise("pipelined_throughput"):
         got = _number(pipelined_throughput(2_000.0, 3_000.0, True), "pipelined_throughput")
+        expect(
+            got <= 3_000.0 * (1 + 1e-6),
+            f"With input 2,000 and compute 3,000 examples/s you return {got:,.1f}: training never goes "
+            "faster than its slower side, whatever overlaps.",
+        )
         expect(
             not _close(got, 1_200.0),
             "With prefetch the input of the next step is prepared "
