@@ -85,8 +85,8 @@ def replica_step(model, optimizer, images, labels, global_batch, mean=False):
     return loss
 
 
-def loop(build=True, drop=True, tensor_steps=True, per_call=True, mean=False):
-    """The TPU-ready loop; each flag off (``mean`` on) plants one mistake."""
+def loop(build=True, drop=True, tensor_steps=True, per_call=True, mean=False, op="SUM"):
+    """The TPU-ready loop; each flag off (``mean`` on, ``op="MEAN"``) plants one mistake."""
 
     def tpu_ready_loop(strategy, model, optimizer, x, y, global_batch, steps_per_call):
         if build:
@@ -103,7 +103,7 @@ def loop(build=True, drop=True, tensor_steps=True, per_call=True, mean=False):
                 per_replica = strategy.run(
                     replica_step, args=(model, optimizer, images, labels, global_batch, mean)
                 )
-                total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+                total += strategy.reduce(op, per_replica, axis=None)
             return total / tf.cast(steps, tf.float32)
 
         whole = len(x) // global_batch
@@ -186,3 +186,72 @@ def test_global_batches_gpus_and_shape() -> None:
     fails_with(ex.check_global_batches, lambda: {**RIGHT, "4 GPUs": 64}, "MirroredStrategy over all 4 GPUs")
     fails_with(ex.check_global_batches, lambda: [512, 64, 256], "Return a dict")
     fails_with(ex.check_global_batches, blank, "not done yet")
+
+
+# --------------------------------------------------------------------------- more planted mistakes
+
+
+def test_tpu_input_fn_repeating_dataset_passes(capsys) -> None:
+    # The TPU guide's training datasets repeat: the check reads one pass and must not hang.
+    def repeating(x, y, global_batch):
+        def dataset_fn(ctx):
+            dataset = tf.data.Dataset.from_tensor_slices((x, y))
+            dataset = dataset.shard(ctx.num_input_pipelines, ctx.input_pipeline_id).repeat()
+            return dataset.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
+
+        return dataset_fn
+
+    ex.check_tpu_input_fn(repeating)
+    assert "[pass] tpu_input_fn" in capsys.readouterr().out
+
+
+def test_tpu_input_fn_sharded_by_replica() -> None:
+    def by_replica(x, y, global_batch):
+        def dataset_fn(ctx):
+            dataset = tf.data.Dataset.from_tensor_slices((x, y))
+            dataset = dataset.shard(ctx.num_replicas_in_sync, ctx.input_pipeline_id)
+            return dataset.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
+
+        return dataset_fn
+
+    fails_with(ex.check_tpu_input_fn, by_replica, "On 2 replicas the examples of a step are not one device's")
+
+
+def test_tpu_ready_loop_mean_of_replica_losses() -> None:
+    fails_with(
+        ex.check_tpu_ready_loop, loop(op="MEAN"), "On 2 replicas, the losses of the calls", "reduce(SUM"
+    )
+
+
+def test_tpu_ready_loop_new_iterator_per_call() -> None:
+    def restarting(strategy, model, optimizer, x, y, global_batch, steps_per_call):
+        with strategy.scope():
+            optimizer.build(model.trainable_variables)
+        dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=True)
+        distributed = strategy.experimental_distribute_dataset(dataset)
+
+        @tf.function
+        def train_steps(iterator, steps):
+            total = tf.constant(0.0)
+            for _ in tf.range(steps):
+                images, labels = next(iterator)
+                per_replica = strategy.run(
+                    replica_step, args=(model, optimizer, images, labels, global_batch)
+                )
+                total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            return total / tf.cast(steps, tf.float32)
+
+        whole = len(x) // global_batch
+        losses = []
+        for start in range(0, whole, steps_per_call):
+            steps = tf.constant(min(steps_per_call, whole - start))
+            losses.append(float(train_steps(iter(distributed), steps)))
+        return train_steps, losses
+
+    fails_with(
+        ex.check_tpu_ready_loop,
+        restarting,
+        "On one device",
+        "started a new iterator",
+        "Make the iterator once",
+    )

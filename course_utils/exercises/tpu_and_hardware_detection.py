@@ -14,6 +14,7 @@ with what one device does:
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable
 
 import numpy as np
@@ -55,10 +56,18 @@ def _ids(element: Any) -> list[int]:
     return [int(round(v)) for v in np.asarray(features)[:, 0]]
 
 
+#: At most this many steps are read from a student's dataset: one that repeats (as the TPU guide's
+#: training datasets do) would never end; the whole batches of one pass are all the checks compare.
+MAX_STEPS = EXAMPLES // GLOBAL_BATCH
+
+
 def _steps(strategy: Any, dataset_fn: Callable[[Any], Any]) -> tuple[Any, list[list[list[int]]]]:
-    """The per-replica element spec, and for every step each replica's example ids."""
+    """The per-replica element spec, and for the first steps each replica's example ids."""
     dataset = strategy.distribute_datasets_from_function(dataset_fn)
-    steps = [[_ids(t) for t in strategy.experimental_local_results(batch)] for batch in dataset]
+    steps = [
+        [_ids(t) for t in strategy.experimental_local_results(batch)]
+        for batch in itertools.islice(dataset, MAX_STEPS)
+    ]
     return dataset.element_spec, steps
 
 
@@ -125,7 +134,7 @@ def check_tpu_input_fn(make_dataset_fn: Callable[[Any, Any, int], Any]) -> None:
             context = tf.distribute.InputContext(
                 num_input_pipelines=2, input_pipeline_id=host, num_replicas_in_sync=4
             )
-            batches = list(dataset_fn(context))
+            batches = list(itertools.islice(dataset_fn(context), EXAMPLES))  # a batch holds >= 1 example
             expect(
                 all(len(_ids(b)) == GLOBAL_BATCH // 4 for b in batches),
                 f"With 4 replicas, each batch should hold {GLOBAL_BATCH // 4} examples (8 / 4): "
@@ -192,8 +201,16 @@ def _optimizer() -> Any:
     return SGD()
 
 
-def _reference(weights: list) -> tuple[np.ndarray, list[float]]:
-    """One device, no strategy: every whole batch once; the weights' change and each call's mean loss."""
+def _calls() -> list[int]:
+    """The number of steps of each call: whole batches in calls of at most STEPS_PER_CALL (2, 2, 1)."""
+    whole = EXAMPLES // GLOBAL_BATCH
+    return [min(STEPS_PER_CALL, whole - first) for first in range(0, whole, STEPS_PER_CALL)]
+
+
+def _reference(weights: list, restart: bool = False) -> tuple[np.ndarray, list[float]]:
+    """One device, no strategy: every whole batch once; the weights' change and each call's mean loss.
+
+    ``restart=True``: the mistake of a new iterator per call, every call starting at the first batch."""
     import keras
 
     tf = _tf()
@@ -203,7 +220,8 @@ def _reference(weights: list) -> tuple[np.ndarray, list[float]]:
     optimizer = _optimizer()
     before = compare.flat(model.trainable_variables)
     losses = []
-    for s in range(EXAMPLES // GLOBAL_BATCH):
+    order = [s for n in _calls() for s in range(n)] if restart else list(range(EXAMPLES // GLOBAL_BATCH))
+    for s in order:
         images, labels = (
             x[s * GLOBAL_BATCH : (s + 1) * GLOBAL_BATCH],
             y[s * GLOBAL_BATCH : (s + 1) * GLOBAL_BATCH],
@@ -216,7 +234,8 @@ def _reference(weights: list) -> tuple[np.ndarray, list[float]]:
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         losses.append(float(loss))
-    calls = [losses[i : i + STEPS_PER_CALL] for i in range(0, len(losses), STEPS_PER_CALL)]
+    starts = np.cumsum([0] + _calls())
+    calls = [losses[a:b] for a, b in zip(starts[:-1], starts[1:])]
     return compare.flat(model.trainable_variables) - before, [float(np.mean(c)) for c in calls]
 
 
@@ -300,6 +319,7 @@ def check_tpu_ready_loop(tpu_ready_loop: Callable[..., Any]) -> None:
         model, _ = _check_model()
         weights = [np.array(w) for w in model.get_weights()]
         want_update, want_losses = _reference(weights)
+        restarted, _ = _reference(weights, restart=True)
         for strategy, where in (
             (tf.distribute.get_strategy(), "On one device,"),
             (_two_replicas(), "On 2 replicas,"),
@@ -316,6 +336,12 @@ def check_tpu_ready_loop(tpu_ready_loop: Callable[..., Any]) -> None:
                 )
                 raise
             _judge(run, where)
+            expect(
+                compare.mismatch(run["update"], restarted) > WEIGHT_RTOL,
+                f"{where} every call trained on the first batches again: each call started a new "
+                "iterator. Make the iterator once, before the calls, and pass it to every call of "
+                "train_steps, so that each call goes on where the last one stopped.",
+            )
             f = compare.factor(run["update"], want_update)
             expect(
                 compare.mismatch(run["update"], want_update) <= WEIGHT_RTOL,
