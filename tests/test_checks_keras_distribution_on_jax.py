@@ -34,9 +34,10 @@ from course_utils.processes import print_result
 per_example = lambda y, logits: keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
 
 
-def layout(mesh_shape=(1, 2), keys=(".*up/kernel$", ".*down/kernel$"), up=(None, "model"), down=("model", None)):
+def layout(mesh_shape=(1, 2), keys=(".*up/kernel$", ".*down/kernel$"), up=(None, "model"), down=("model", None),
+           axes=("batch", "model")):
     def tensor_parallel(devices):
-        mesh = keras.distribution.DeviceMesh(mesh_shape, ["batch", "model"], devices=devices)
+        mesh = keras.distribution.DeviceMesh(mesh_shape, list(axes), devices=devices)
         layout_map = keras.distribution.LayoutMap(mesh)
         layout_map[keys[0]] = up
         layout_map[keys[1]] = down
@@ -59,12 +60,15 @@ ANSWERS = {
     "port_loss sum over len": (ex.check_port_loss, lambda y, logits: jnp.sum(per_example(y, logits)) / len(y)),
     "port_loss per-device batch": (ex.check_port_loss, lambda y, logits: jnp.sum(per_example(y, logits)) / (len(y) // 2)),
     "port_loss sum": (ex.check_port_loss, lambda y, logits: jnp.sum(per_example(y, logits))),
+    "port_loss over devices": (ex.check_port_loss, lambda y, logits: jnp.mean(per_example(y, logits)) / 2),
+    "port_loss per example": (ex.check_port_loss, lambda y, logits: per_example(y, logits)),
     "port_loss blank": (ex.check_port_loss, blank),
     "tensor_parallel right": (ex.check_tensor_parallel, layout()),
     "tensor_parallel anchored paths": (ex.check_tensor_parallel, layout(keys=("^block/up/kernel$", "^block/down/kernel$"))),
     "tensor_parallel search-only keys": (ex.check_tensor_parallel, layout(keys=("up/kernel", "down/kernel"))),
     "tensor_parallel unanchored end": (ex.check_tensor_parallel, layout(keys=(".*up/kernel", ".*down/kern"))),
     "tensor_parallel no model axis": (ex.check_tensor_parallel, layout(mesh_shape=(2, 1))),
+    "tensor_parallel axes swapped": (ex.check_tensor_parallel, layout(axes=["model", "batch"])),
     "tensor_parallel rows first": (ex.check_tensor_parallel, layout(up=("model", None))),
     "tensor_parallel columns second": (ex.check_tensor_parallel, layout(down=(None, "model"))),
     "tensor_parallel nothing split": (ex.check_tensor_parallel, layout(up=(None, None), down=(None, None))),
@@ -130,6 +134,8 @@ def test_shard_batch_mistakes(judged: dict) -> None:
 def test_port_loss_mistakes(judged: dict) -> None:
     _fails(judged, "port_loss per-device batch", "jax_port_loss", "2.00x", "per-device batch")
     _fails(judged, "port_loss sum", "jax_port_loss", "16x", "sum the per-example losses")
+    _fails(judged, "port_loss over devices", "jax_port_loss", "0.50x", "number of devices")
+    _fails(judged, "port_loss per example", "jax_port_loss", "shape (16,)", "one number")
     _fails(judged, "port_loss blank", "jax_port_loss", "not done yet")
 
 
@@ -139,6 +145,7 @@ def test_tensor_parallel_mistakes(judged: dict) -> None:
     )
     _fails(judged, "tensor_parallel unanchored end", "jax_tensor_parallel", "re.search", "end it with $")
     _fails(judged, "tensor_parallel no model axis", "jax_tensor_parallel", "nothing is split")
+    _fails(judged, "tensor_parallel axes swapped", "jax_tensor_parallel", "nothing is split", "in that order")
     _fails(judged, "tensor_parallel rows first", "jax_tensor_parallel", "by columns")
     _fails(judged, "tensor_parallel columns second", "jax_tensor_parallel", "by rows")
     _fails(judged, "tensor_parallel nothing split", "jax_tensor_parallel", "block/up/kernel is not split")

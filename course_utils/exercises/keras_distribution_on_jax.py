@@ -196,6 +196,12 @@ def check_port_loss(port_loss: Callable[[Any, Any], Any]) -> None:
         import keras
 
         devices = two_devices()
+        _, y = check_data()
+        shape = np.shape(port_loss(y, np.zeros((EXAMPLES, CLASSES), np.float32)))
+        expect(
+            shape == (),
+            f"Your loss has shape {shape}: return one number, the mean over the batch, not one per example.",
+        )
         one, one_loss, _ = train_update(None, steps=1)  # one SGD step: a mistake is an exact factor
         distribution = keras.distribution.DataParallel(devices=devices)
         two, two_loss, _ = train_update(distribution, loss_of=port_loss, steps=1)
@@ -204,6 +210,11 @@ def check_port_loss(port_loss: Callable[[Any, Any], Any]) -> None:
             not abs(ratio - len(devices)) < 1e-3,
             "Your update is 2.00x one device's: you divide by the per-device batch, a tf.distribute "
             "habit. The jitted step sees the global batch: divide by len(y), or take the mean.",
+        )
+        expect(
+            not abs(ratio - 1 / len(devices)) < 1e-3,
+            "Your update is 0.50x one device's: you divide by the number of devices, a tf.distribute "
+            "habit. The jitted step sees the global batch: its plain mean is already right.",
         )
         expect(
             not abs(ratio - EXAMPLES) < 1e-2,
@@ -263,7 +274,8 @@ def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
         )
         expect(
             axes["model"] == 2,
-            f'The "model" axis has {axes["model"]} device(s): nothing is split. Use shape (1, 2).',
+            f'The "model" axis has {axes["model"]} device(s): nothing is split. Use shape (1, 2) with the '
+            'axes ["batch", "model"], in that order.',
         )
         paths = [v.path for v in make_block().variables]
         problems = key_problems(list(layout_map.keys()), paths)

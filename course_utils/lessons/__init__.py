@@ -1,4 +1,4 @@
-"""Notebooks 01 to 10: the helpers that serve one notebook each, the scaffolding around a lesson, never the lesson.
+"""Notebooks 01 to 11: the helpers that serve one notebook each, the scaffolding around a lesson, never the lesson.
 
 * :mod:`.simulation`, :mod:`.allreduce`, :mod:`.widgets` - notebook 01
 * :mod:`.support` - notebook 02
@@ -10,6 +10,7 @@
 * :mod:`.coordinator` - notebook 08 (its kernel's native stderr, sent to a file)
 * :mod:`.parallelism` - notebook 09 (its loops are in its cells; the benchmark is ``course_tools.bench``)
 * :mod:`.capstone` - notebook 10
+* :mod:`.keras_on_jax` - notebook 11 (its set-up: Keras on JAX, no TensorFlow)
 
 Importing this package imports none of them.
 """
