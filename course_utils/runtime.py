@@ -100,7 +100,7 @@ def setup(
     if backend == "jax":
         from .lessons.keras_on_jax import setup_jax
 
-        return setup_jax(cpus=cpus or 2, seed=seed, show_report=show_report)
+        return setup_jax(load(), cpus=cpus or 2, seed=seed, show_report=show_report)
     env = load()
     import_tensorflow()
     warnings.filterwarnings("ignore", module="tensorflow_datasets")

@@ -17,9 +17,10 @@ from course_utils.processes import last_result, run_python
 ANSWERS = r"""
 import os
 
+from course_utils import config
 from course_utils.lessons.keras_on_jax import setup_jax
 
-setup_jax(cpus=2, show_report=False)
+setup_jax(config.load(), cpus=2, show_report=False)
 import sys
 
 import jax

@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..config import Settings, load
+from ..config import Settings
 from ..devices import in_ci, in_colab
 from ..errors import ConfigError
 
@@ -84,14 +84,15 @@ def report(*, show: bool = True) -> str:
     return text
 
 
-def setup_jax(*, cpus: int = 2, seed: Optional[int] = 42, show_report: bool = True) -> Settings:
+def setup_jax(
+    env: Settings, *, cpus: int = 2, seed: Optional[int] = 42, show_report: bool = True
+) -> Settings:
     """Notebook 11's set-up: Keras on JAX with ``cpus`` CPU devices when there is no accelerator.
 
-    It reads the ``COURSE_*`` settings (kept, though only ``COURSE_FAST`` and ``COURSE_OFFLINE`` apply),
-    sets the backend, seeds Python and NumPy (``keras.utils.set_random_seed`` would import TensorFlow
+    ``env`` is the ``COURSE_*`` settings :func:`course_utils.setup` read (only ``COURSE_FAST`` and
+    ``COURSE_OFFLINE`` apply here); it sets the backend, seeds Python and NumPy (``keras.utils.set_random_seed`` would import TensorFlow
     where it is installed: the notebook seeds its initializers and layers itself) and reports.
     """
-    env = load()
     use_jax_backend(cpus)
     import jax  # noqa: F401 - starts JAX with the flags above
     import keras  # noqa: F401 - reads KERAS_BACKEND now
