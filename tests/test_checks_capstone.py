@@ -166,3 +166,17 @@ def test_prediction() -> None:
         ex.check_naive_loss_prediction(2 * (data + penalty), _naive_port, replicas=2)
     with pytest.raises(ExerciseError, match="is not done yet"):
         ex.check_naive_loss_prediction(None, _naive_port, replicas=2)
+    with pytest.raises(ExerciseError, match="You counted the penalty 4 times"):
+        ex.check_naive_loss_prediction(data + 4 * penalty, _naive_port, replicas=2)
+    with pytest.raises(ExerciseError, match="less than the one-device data loss"):
+        ex.check_naive_loss_prediction(data / 2 + penalty, _naive_port, replicas=2)
+
+
+def _iterations_as_counter(strategy, model, optimizer, metric, global_batch_size):
+    """A real mistake: the optimizer's own counter, which apply_gradients also advances."""
+    return warmup_step(model, optimizer, metric, global_batch_size, optimizer.iterations)
+
+
+def test_counter_hint_names_a_counter_wrong_on_one_replica() -> None:
+    with pytest.raises(ExerciseError, match="already on 1 replica your step differs"):
+        ex.check_capstone_counter(_iterations_as_counter)

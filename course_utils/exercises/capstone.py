@@ -179,6 +179,19 @@ def check_naive_loss_prediction(
                 f"(compute_average_loss divides by the global batch), so the {n} shares add up to "
                 f"the one-device data loss {data:.4f}, not {n}x it; it reported {measured:.4f}.",
             )
+        for times in range(0, 2 * n + 1):
+            if times != n and abs(value - (data + times * penalty)) < 1e-3:
+                expect(
+                    False,
+                    f"You counted the penalty {times} times; each of the {n} replicas adds the whole "
+                    f"penalty and SUM adds their losses, so it counts {n} times: it reported {measured:.4f}.",
+                )
+        if abs(value - measured) >= 1e-3 and value < data:
+            expect(
+                False,
+                f"You predicted {value:.4f}, less than the one-device data loss {data:.4f}: SUM adds the "
+                f"{n} replicas' shares of the data loss back up to it; it reported {measured:.4f}.",
+            )
         expect(
             abs(value - measured) < 1e-3,
             f"You predicted {value:.4f}; the naive port reported {measured:.4f} on {n} replicas "
@@ -255,6 +268,12 @@ def _counter_hint(fixed_port: Callable[..., Any], hint: str) -> Optional[str]:
             "added over the replicas, and a constant is not a per-replica value, so it raises "
             "(with a tensor it would count N per step); use aggregation=tf.VariableAggregation."
             "ONLY_FIRST_REPLICA"
+        )
+    if hint.startswith("on 1 replica"):
+        return (
+            "already on 1 replica your step differs from the warmup script: the counter must start at 0 "
+            "and advance by exactly 1 per step (optimizer.iterations also advances in apply_gradients); "
+            "make a new tf.Variable(0) in strategy.scope()"
         )
     n = max(replica_counts())
     try:
