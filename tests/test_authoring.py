@@ -314,8 +314,9 @@ def test_the_cell_rules_catch_a_long_cell_and_a_buried_heading() -> None:
 #: words to under 19,500 (1,773 a notebook); the measured topics and the exercises in which students
 #: write code added since (fit on uneven batches, preemption, export, BatchNorm, randomness per
 #: replica, add_loss, distributed predict, InputOptions, the TPU-ready loop, the survivor's error)
-#: and notebook 11 are budgeted at 2,100 words a notebook on average, 3,200 at most for one.
-WORDS_PER_NOTEBOOK, WORDS_AT_MOST = 2_100, 3_200
+#: notebook 11 and the strict reviews' fixes are budgeted at 2,150 words a notebook on average, 3,200 at
+#: most for one.
+WORDS_PER_NOTEBOOK, WORDS_AT_MOST = 2_150, 3_200
 
 
 def test_the_course_reads_in_its_word_budget() -> None:
