@@ -59,7 +59,8 @@ def keras_tutorial_cnn(seed: Optional[int] = None, num_classes: int = 10) -> Any
 def tutorial_train_step(
     model: Any, optimizer: Any, accuracy: Any, global_batch_size: int
 ) -> Callable[[Any], Any]:
-    """The right per-replica step (the tutorial's), in the factory form the exercises use."""
+    """The right per-replica step (the tutorial's), in the factory form the exercises use;
+    ``accuracy`` (a metric, or None) is updated with each batch's logits."""
     from .runtime import import_tensorflow
 
     tf = import_tensorflow()
@@ -78,7 +79,8 @@ def tutorial_train_step(
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
         gradients = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        accuracy.update_state(labels, logits)
+        if accuracy is not None:
+            accuracy.update_state(labels, logits)
         return loss
 
     return train_step

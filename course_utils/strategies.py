@@ -110,11 +110,6 @@ ALL_REDUCES = ("tensorflow", "one_device")
 _CPU_STRATEGIES: dict[tuple[int, str], Any] = {}
 
 
-def mirrored_gpus(devices: Optional[list[str]] = None) -> Any:
-    """A ``MirroredStrategy`` over these GPUs (all of them when ``None``)."""
-    return _tf().distribute.MirroredStrategy(devices)
-
-
 def one_device(device: str) -> Any:
     """A ``OneDeviceStrategy`` on ``device``."""
     return _tf().distribute.OneDeviceStrategy(device)
@@ -150,7 +145,7 @@ def connect_tpu(tpu: str = "local") -> Any:
 def _build_mirrored(choice: Choice) -> Any:
     if choice.cpus:
         return mirrored_cpus(choice.cpus, needed_by="The strategy")
-    return mirrored_gpus(list(choice.devices))
+    return _tf().distribute.MirroredStrategy(list(choice.devices))  # these GPUs
 
 
 def _build_central_storage(choice: Choice) -> Any:

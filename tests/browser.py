@@ -3,8 +3,9 @@ browser; a machine without Chromium skips those tests with the reason)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -45,3 +46,22 @@ def launch(playwright: Any, profile: Path, width: int, height: int) -> Any:
         viewport={"width": width, "height": height},
         timeout=PAGE_LOAD * 1000,
     )
+
+
+@contextlib.contextmanager
+def browser_page(playwright: Any, folder: Path, width: int, height: int) -> Iterator[tuple[Any, Any]]:
+    """``(context, page)`` in a fresh headless Chromium (its profile in ``folder``); when the test
+    fails inside, a screenshot of what the browser showed is kept as ``folder/failure.png``."""
+    context = launch(playwright, folder / "chromium-profile", width, height)
+    page = None
+    try:
+        page = context.pages[0] if context.pages else context.new_page()
+        yield context, page
+    except Exception:
+        if page is not None:
+            with contextlib.suppress(Exception):
+                page.screenshot(path=str(folder / "failure.png"))
+                print(f"screenshot of the failure: {folder / 'failure.png'}")
+        raise
+    finally:
+        context.close()

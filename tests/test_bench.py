@@ -100,8 +100,8 @@ def test_custom_loops_compute_the_same_training(two_replicas) -> None:
 
     data = load_fashion_mnist(fast=True, quiet=True)
     x, y = data.train_images[:512], data.train_labels[:512]
-    naive = loops.make_naive_ctl(two_replicas, x, y, per_replica_batch=16)
-    ctl = loops.make_ctl(two_replicas, x, y, per_replica_batch=16, steps_per_call=3)
+    naive = loops.make_naive_ctl(two_replicas, x, y, loops.LoopOptions(per_replica_batch=16))
+    ctl = loops.make_ctl(two_replicas, x, y, loops.LoopOptions(per_replica_batch=16, steps_per_call=3))
     assert naive.global_batch == ctl.global_batch == 32
     losses_naive = [naive.run(3) for _ in range(2)]
     losses_ctl = [ctl.run(3) for _ in range(2)]
@@ -122,7 +122,10 @@ def test_fit_times_epochs_of_one_call() -> None:
 
     data = load_fashion_mnist(fast=True, quiet=True)
     trainer = loops.make_fit(
-        two_replicas, data.train_images[:256], data.train_labels[:256], per_replica_batch=16, steps_per_call=2
+        two_replicas,
+        data.train_images[:256],
+        data.train_labels[:256],
+        loops.LoopOptions(16, steps_per_call=2),
     )
     calls = []
     seconds = trainer.time_runs(

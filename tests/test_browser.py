@@ -4,8 +4,9 @@ slider moves.
 The test copies ``notebooks/01_data_parallelism.ipynb`` (the student version) into a temporary
 folder, starts JupyterLab there on a free port with no token, opens the notebook in headless
 Chromium (Debian's ``/usr/bin/chromium``, driven by the ``playwright`` package; no browser is
-ever downloaded), runs the explorer's cell, drags the "replicas" slider, and saves a screenshot
-before and after under pytest's temporary folder. It passes only if the widget itself rendered
+ever downloaded), runs the cells above the explorer (they define the step it explores), then the
+explorer's cell, drags the "replicas" slider, and saves a screenshot before and after under
+pytest's temporary folder. It passes only if the widget itself rendered
 (sliders and a figure inside it) and its figure and numbers changed after the slider moved.
 
 Without Chromium at ``/usr/bin/chromium`` or without ``playwright`` it is skipped, saying why
@@ -29,7 +30,7 @@ from typing import Iterator
 
 import nbformat
 import pytest
-from browser import PAGE_LOAD, launch, playwright_or_skip
+from browser import PAGE_LOAD, browser_page, playwright_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "01_data_parallelism.ipynb"
@@ -161,11 +162,11 @@ KERNEL_IDLE = """() => {
             && kernel && kernel.status === 'idle');
 }"""
 
-RUN_CELL = """(index) => {
+RUN_CELL = """([index, command]) => {
   const panel = window.jupyterapp.shell.currentWidget;
   panel.content.activeCellIndex = index;
   panel.content.deselectAll();
-  return window.jupyterapp.commands.execute('notebook:run-cell').then(() => true);
+  return window.jupyterapp.commands.execute(command).then(() => true);
 }"""
 
 
@@ -179,70 +180,65 @@ def test_data_parallelism_widget_in_a_real_browser(tmp_path: Path) -> None:
     index = _widget_cell_index(notebook)
     before_png, after_png = tmp_path / "widget-before.png", tmp_path / "widget-after.png"
 
-    with jupyterlab(work, tmp_path / "jupyter") as base_url, sync_playwright() as playwright:
-        context = launch(playwright, tmp_path / "chromium-profile", 1500, 1100)
-        page = None
-        try:
-            context.set_default_timeout(WIDGET_RENDER * 1000)
-            page = context.pages[0] if context.pages else context.new_page()
-            page.goto(f"{base_url}/lab/tree/{notebook.name}", timeout=PAGE_LOAD * 1000)
-            page.wait_for_function(KERNEL_IDLE, timeout=KERNEL_READY * 1000, polling=500)
+    with (
+        jupyterlab(work, tmp_path / "jupyter") as base_url,
+        sync_playwright() as playwright,
+        browser_page(playwright, tmp_path, 1500, 1100) as (context, page),
+    ):
+        context.set_default_timeout(WIDGET_RENDER * 1000)
+        page.goto(f"{base_url}/lab/tree/{notebook.name}", timeout=PAGE_LOAD * 1000)
+        page.wait_for_function(KERNEL_IDLE, timeout=KERNEL_READY * 1000, polling=500)
 
-            assert page.evaluate(RUN_CELL, index)
-            cell = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(index)
-            explorer = cell.locator(".course-data-parallel-explorer")
-            sliders = explorer.locator(".widget-slider")
-            figure = explorer.locator(".widget-output img")
-            numbers = explorer.locator(".widget-output pre")
-            readout = sliders.first.locator(".widget-readout")
+        # the explorer runs the notebook's own step: the cells above it define it
+        assert page.evaluate(RUN_CELL, [index, "notebook:run-all-above"])
+        page.wait_for_function(KERNEL_IDLE, timeout=KERNEL_READY * 1000, polling=500)
+        assert page.evaluate(RUN_CELL, [index, "notebook:run-cell"])
+        cell = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(index)
+        explorer = cell.locator(".course-data-parallel-explorer")
+        sliders = explorer.locator(".widget-slider")
+        figure = explorer.locator(".widget-output img")
+        numbers = explorer.locator(".widget-output pre")
+        readout = sliders.first.locator(".widget-readout")
 
-            figure.wait_for(state="visible", timeout=WIDGET_RENDER * 1000)
-            assert sliders.count() == 2, "the explorer should show two sliders (replicas, global batch)"
-            assert cell.locator("[data-mime-type='application/vnd.jupyter.stderr']").count() == 0, (
-                cell.inner_text()[:2000]
-            )
-            src_before = figure.get_attribute("src")
-            text_before = numbers.inner_text()
-            value_before = readout.inner_text().strip()
-            assert "4 replicas, global batch 32" in text_before, text_before
-            assert value_before == "4"
-            explorer.scroll_into_view_if_needed()
-            page.screenshot(path=str(before_png), full_page=False)
+        figure.wait_for(state="visible", timeout=WIDGET_RENDER * 1000)
+        assert sliders.count() == 2, "the explorer should show two sliders (replicas, global batch)"
+        assert cell.locator("[data-mime-type='application/vnd.jupyter.stderr']").count() == 0, (
+            cell.inner_text()[:2000]
+        )
+        src_before = figure.get_attribute("src")
+        text_before = numbers.inner_text()
+        value_before = readout.inner_text().strip()
+        assert "4 replicas, global batch 32" in text_before, text_before
+        assert value_before == "4"
+        explorer.scroll_into_view_if_needed()
+        page.screenshot(path=str(before_png), full_page=False)
 
-            # Drag the "replicas" handle to the right, like a person would.
-            handle = sliders.first.locator(".noUi-handle")
-            track = sliders.first.locator(".noUi-target")
-            box_handle, box_track = handle.bounding_box(), track.bounding_box()
-            assert box_handle and box_track, "the slider is not visible"
-            start_x = box_handle["x"] + box_handle["width"] / 2
-            y = box_handle["y"] + box_handle["height"] / 2
-            page.mouse.move(start_x, y)
-            page.mouse.down()
-            page.mouse.move(box_track["x"] + box_track["width"] * 0.97, y, steps=12)
-            page.mouse.up()
+        # Drag the "replicas" handle to the right, like a person would.
+        handle = sliders.first.locator(".noUi-handle")
+        track = sliders.first.locator(".noUi-target")
+        box_handle, box_track = handle.bounding_box(), track.bounding_box()
+        assert box_handle and box_track, "the slider is not visible"
+        start_x = box_handle["x"] + box_handle["width"] / 2
+        y = box_handle["y"] + box_handle["height"] / 2
+        page.mouse.move(start_x, y)
+        page.mouse.down()
+        page.mouse.move(box_track["x"] + box_track["width"] * 0.97, y, steps=12)
+        page.mouse.up()
 
-            page.wait_for_function(
-                """([selector, before]) => {
-                    const pre = document.querySelector(selector);
-                    return pre && pre.innerText !== before;
-                }""",
-                arg=[".course-data-parallel-explorer .widget-output pre", text_before],
-                timeout=REDRAW * 1000,
-                polling=250,
-            )
-            figure.wait_for(state="visible", timeout=REDRAW * 1000)
-            page.screenshot(path=str(after_png), full_page=False)
-            src_after = figure.get_attribute("src")
-            text_after = numbers.inner_text()
-            value_after = readout.inner_text().strip()
-        except Exception:
-            if page is not None:  # keep a picture of what the browser showed
-                with contextlib.suppress(Exception):
-                    page.screenshot(path=str(tmp_path / "failure.png"))
-                    print(f"screenshot of the failure: {tmp_path / 'failure.png'}")
-            raise
-        finally:
-            context.close()
+        page.wait_for_function(
+            """([selector, before]) => {
+                const pre = document.querySelector(selector);
+                return pre && pre.innerText !== before;
+            }""",
+            arg=[".course-data-parallel-explorer .widget-output pre", text_before],
+            timeout=REDRAW * 1000,
+            polling=250,
+        )
+        figure.wait_for(state="visible", timeout=REDRAW * 1000)
+        page.screenshot(path=str(after_png), full_page=False)
+        src_after = figure.get_attribute("src")
+        text_after = numbers.inner_text()
+        value_after = readout.inner_text().strip()
 
     print(f"screenshots: {before_png} {after_png}")
     assert before_png.stat().st_size > 0 and after_png.stat().st_size > 0

@@ -83,53 +83,47 @@ def test_padded_loss_blank() -> None:
     fails_with(ex.check_padded_loss, blank, "Exercise padded_loss is not done yet")
 
 
-def test_padded_loss_own_count(tf, loss_object) -> None:
-    """Right on one device: the weighted mean of the replica's own real examples."""
+def with_penalty(tf, data_loss):
+    """A padded_loss answer: ``data_loss(labels, logits, mask)`` plus the penalty, scaled right."""
 
     def compute_loss(labels, logits, mask, model_losses):
-        loss = tf.reduce_sum(loss_object(labels, logits) * mask) / tf.reduce_sum(mask)
+        loss = data_loss(labels, logits, mask)
         if model_losses:
             loss += tf.nn.scale_regularization_loss(tf.add_n(model_losses))
         return loss
 
-    fails_with(ex.check_padded_loss, compute_loss, "on 2 replicas", "OWN count", "across the replicas")
+    return compute_loss
 
 
-def test_padded_loss_sample_weight_slots(tf, loss_object) -> None:
-    """compute_average_loss with the mask as sample_weight still divides by every slot."""
+# Wrong data losses that real answers contain, and the words of their hints.
+WRONG_DATA_LOSSES = {
+    # Right on one device: the weighted mean of the replica's own real examples.
+    "own_count": (
+        lambda tf, ce: lambda y, z, m: tf.reduce_sum(ce(y, z) * m) / tf.reduce_sum(m),
+        ("on 2 replicas", "OWN count", "across the replicas"),
+    ),
+    # compute_average_loss with the mask as sample_weight still divides by every slot.
+    "sample_weight_slots": (
+        lambda tf, ce: lambda y, z, m: tf.nn.compute_average_loss(ce(y, z), sample_weight=m),
+        ("divides by all 16 slots",),
+    ),
+    "no_mask": (
+        lambda tf, ce: lambda y, z, m: tf.nn.compute_average_loss(ce(y, z)),
+        ("padding examples count",),
+    ),
+    # Right on one device: the real examples counted with ReduceOp.MEAN, half the global count.
+    "mean_of_counts": (
+        lambda tf, ce: lambda y, z, m: tf.reduce_sum(ce(y, z) * m)
+        / tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, tf.reduce_sum(m)),
+        ("twice the single-device", "ReduceOp.SUM"),
+    ),
+}
 
-    def compute_loss(labels, logits, mask, model_losses):
-        loss = tf.nn.compute_average_loss(loss_object(labels, logits), sample_weight=mask)
-        if model_losses:
-            loss += tf.nn.scale_regularization_loss(tf.add_n(model_losses))
-        return loss
 
-    fails_with(ex.check_padded_loss, compute_loss, "divides by all 16 slots")
-
-
-def test_padded_loss_no_mask(tf, loss_object) -> None:
-    def compute_loss(labels, logits, mask, model_losses):
-        loss = tf.nn.compute_average_loss(loss_object(labels, logits))
-        if model_losses:
-            loss += tf.nn.scale_regularization_loss(tf.add_n(model_losses))
-        return loss
-
-    fails_with(ex.check_padded_loss, compute_loss, "padding examples count")
-
-
-def test_padded_loss_mean_of_counts(tf, loss_object) -> None:
-    """Right on one device: the real examples counted with ReduceOp.MEAN, half the global count."""
-
-    def compute_loss(labels, logits, mask, model_losses):
-        real = tf.distribute.get_replica_context().all_reduce(
-            tf.distribute.ReduceOp.MEAN, tf.reduce_sum(mask)
-        )
-        loss = tf.reduce_sum(loss_object(labels, logits) * mask) / real
-        if model_losses:
-            loss += tf.nn.scale_regularization_loss(tf.add_n(model_losses))
-        return loss
-
-    fails_with(ex.check_padded_loss, compute_loss, "twice the single-device", "ReduceOp.SUM")
+@pytest.mark.parametrize("mistake", list(WRONG_DATA_LOSSES))
+def test_padded_loss_wrong_data_loss(tf, loss_object, mistake) -> None:
+    make, words = WRONG_DATA_LOSSES[mistake]
+    fails_with(ex.check_padded_loss, with_penalty(tf, make(tf, loss_object)), *words)
 
 
 def test_padded_loss_unscaled_penalty(tf, right_loss) -> None:
@@ -293,30 +287,14 @@ def test_distributed_test_step_blank() -> None:
     fails_with(ex.check_distributed_test_step, make_distributed_test_step, "is not done yet")
 
 
-def test_distributed_test_step_metrics_outside_run(tf, loss_object) -> None:
-    fails_with(
-        ex.check_distributed_test_step,
-        make_test_factory(tf, loss_object, "outside"),
-        "On 2 replicas",
-        "outside strategy.run",
-        "inside the function that strategy.run runs",
-    )
-
-
-def test_distributed_test_step_first_replica_only(tf, loss_object) -> None:
-    """Right on one device (one replica is all there is), wrong on two."""
-    fails_with(
-        ex.check_distributed_test_step,
-        make_test_factory(tf, loss_object, "first_replica"),
-        "On 2 replicas",
-        "One device was right",
-        "inside strategy.run",
-    )
-
-
-def test_distributed_test_step_unmasked(tf, loss_object) -> None:
-    fails_with(
-        ex.check_distributed_test_step,
-        make_test_factory(tf, loss_object, "unmasked"),
-        "padding examples were counted",
-    )
+@pytest.mark.parametrize(
+    "mistake, words",
+    [
+        ("outside", ("On 2 replicas", "outside strategy.run", "inside the function that strategy.run runs")),
+        # Right on one device (one replica is all there is), wrong on two.
+        ("first_replica", ("On 2 replicas", "One device was right", "inside strategy.run")),
+        ("unmasked", ("padding examples were counted",)),
+    ],
+)
+def test_distributed_test_step_mistakes(tf, loss_object, mistake, words) -> None:
+    fails_with(ex.check_distributed_test_step, make_test_factory(tf, loss_object, mistake), *words)

@@ -5,10 +5,10 @@ next to one device."""
 
 from __future__ import annotations
 
+import numpy as np
 from checking import fails_with as _fails
 
 from course_utils.exercises import data_parallelism as ex
-from course_utils.lessons import simulation as sim
 
 RIGHT = ex.reference_solutions()
 
@@ -41,13 +41,18 @@ def test_checks_of_an_unfinished_exercise_say_so() -> None:
 # --------------------------------------------------------------------------- data_parallel_gradient
 
 
+def _local_means(params, x, y, replicas):
+    """Each replica's mean gradient of its own shard, as tf.reduce_mean gives (and the exercise starts from)."""
+    return [
+        ex.mean_loss_gradient(params, xs, ys)
+        for xs, ys in zip(np.array_split(x, replicas), np.array_split(y, replicas))
+    ]
+
+
 def test_data_parallel_gradient_local_mean_then_sum_is_n_times() -> None:
     def local_mean_sum(params, x, y, replicas):
-        grads = [
-            sim.loss_gradients(params, xs, ys, len(xs))
-            for xs, ys in zip(sim.shard(x, replicas), sim.shard(y, replicas))
-        ]
-        return sim.tree_sum(grads)
+        grads = _local_means(params, x, y, replicas)
+        return {k: sum(g[k] for g in grads) for k in grads[0]}
 
     message = _fails(
         ex.check_data_parallel_gradient, local_mean_sum, "On 2 replica(s)", "GLOBAL batch size (24)", "2.00x"
@@ -57,27 +62,51 @@ def test_data_parallel_gradient_local_mean_then_sum_is_n_times() -> None:
 
 def test_data_parallel_gradient_mean_of_local_means_fails_on_uneven_shards() -> None:
     def mean_of_means(params, x, y, replicas):
-        grads = [
-            sim.loss_gradients(params, xs, ys, len(xs))
-            for xs, ys in zip(sim.shard(x, replicas), sim.shard(y, replicas))
-        ]
-        total = sim.tree_sum(grads)
-        return {k: v / replicas for k, v in total.items()}
+        grads = _local_means(params, x, y, replicas)
+        return {k: sum(g[k] for g in grads) / replicas for k in grads[0]}
 
     _fails(
         ex.check_data_parallel_gradient,
         mean_of_means,
         "global batch of 10 (uneven shards)",
         "only right when",
+        "shard size / 10",
     )
+
+
+def test_data_parallel_gradient_weights_by_the_replicas_not_the_shards() -> None:
+    def per_replica_weight(params, x, y, replicas):  # each mean weighted 1/N, the shard sizes ignored
+        grads = _local_means(params, x, y, replicas)
+        return {k: sum(g[k] / replicas for g in grads) for k in grads[0]}
+
+    _fails(ex.check_data_parallel_gradient, per_replica_weight, "(uneven shards)", "only right when")
 
 
 def test_data_parallel_gradient_wrong_return_type() -> None:
     def as_list(params, x, y, replicas):
-        g = sim.single_device_gradients(params, x, y)
+        g = ex.mean_loss_gradient(params, x, y)
         return [g["kernel"], g["bias"]]
 
     _fails(ex.check_data_parallel_gradient, as_list, "Return a dict", "got list")
+
+
+def test_the_reference_gradient_is_the_mean_loss_gradient() -> None:
+    """The checks' own NumPy gradient against finite differences of the mean softmax cross-entropy."""
+    rng = np.random.default_rng(3)
+    params = {"kernel": rng.normal(size=(4, 3)), "bias": rng.normal(size=3)}
+    x, y = rng.normal(size=(9, 4)), rng.integers(0, 3, size=9)
+
+    def loss(p):
+        logits = x @ p["kernel"] + p["bias"]
+        return float(np.mean(np.log(np.exp(logits).sum(axis=1)) - logits[np.arange(len(y)), y]))
+
+    analytic = ex.mean_loss_gradient(params, x, y)
+    for name, value in params.items():
+        for index in np.ndindex(value.shape):
+            nudge = np.zeros_like(value)
+            nudge[index] = 1e-6
+            slope = (loss({**params, name: value + nudge}) - loss({**params, name: value - nudge})) / 2e-6
+            assert abs(slope - analytic[name][index]) < 1e-7
 
 
 # --------------------------------------------------------------------------- updates_per_epoch

@@ -62,23 +62,6 @@ def test_fit_on_replicas_passes(capsys):
     assert "[pass] fit_on_replicas" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(
-    "mistake, hint",
-    [
-        # the notebook's buggy script: no scope and the per-replica batch
-        (dict(scope=False, global_batch=False), "built outside `with strategy.scope():`"),
-        (dict(scope=False), "built outside `with strategy.scope():`"),
-        (dict(global_batch=False), "per-replica size (16)"),
-        (dict(compile_in_scope=False), "optimizer was created outside"),
-        (dict(fit=False), "no step"),
-    ],
-)
-def test_fit_on_replicas_mistakes(mistake, hint):
-    message = _hint(ex.check_fit_on_replicas, _make_script(**mistake))
-    assert message.startswith("Exercise fit_on_replicas:")
-    assert hint in message
-
-
 def test_fit_on_replicas_other_rate_is_off_one_device():
     def fit_on_replicas(strategy, make_model, images, labels, per_replica_batch):
         import keras
@@ -200,21 +183,6 @@ def test_fit_resumable_passes(capsys):
     assert "[pass] fit_resumable" in out and "resumed at epoch 2" in out
 
 
-@pytest.mark.parametrize(
-    "mistake, hint",
-    [
-        (dict(backup=False), "add keras.callbacks.BackupAndRestore(backup_dir)"),
-        (dict(callbacks=False), "pass `callbacks` to model.fit"),
-        (dict(same_dir=False), "backup_dir is empty"),
-        (dict(scope=False), "built outside `with strategy.scope():`"),
-    ],
-)
-def test_fit_resumable_mistakes(mistake, hint):
-    message = _hint(ex.check_fit_resumable, _make_resumable(**mistake))
-    assert message.startswith("Exercise fit_resumable:")
-    assert hint in message
-
-
 def test_fit_resumable_restarting_from_scratch():
     """A second call that trains from epoch 0 (a backup written elsewhere than it reads)."""
     import shutil
@@ -298,3 +266,30 @@ def test_fit_resumable_compiled_again_outside_the_scope():
     message = _hint(ex.check_fit_resumable, fit_resumable)
     assert "the optimizer was created outside `with strategy.scope():`" in message
     assert "object at 0x" not in message
+
+
+# Each planted mistake of fit_on_replicas and fit_resumable, and the words its hint must hold.
+MISTAKES = [
+    # the notebook's buggy script: no scope and the per-replica batch
+    ("fit_on_replicas", dict(scope=False, global_batch=False), "built outside `with strategy.scope():`"),
+    ("fit_on_replicas", dict(scope=False), "built outside `with strategy.scope():`"),
+    ("fit_on_replicas", dict(global_batch=False), "per-replica size (16)"),
+    ("fit_on_replicas", dict(compile_in_scope=False), "optimizer was created outside"),
+    ("fit_on_replicas", dict(fit=False), "no step"),
+    ("fit_resumable", dict(backup=False), "add keras.callbacks.BackupAndRestore(backup_dir)"),
+    ("fit_resumable", dict(callbacks=False), "pass `callbacks` to model.fit"),
+    ("fit_resumable", dict(same_dir=False), "backup_dir is empty"),
+    ("fit_resumable", dict(scope=False), "built outside `with strategy.scope():`"),
+]
+
+
+@pytest.mark.parametrize(
+    "exercise, mistake, hint",
+    MISTAKES,
+    ids=[f"{e}-" + ",".join(f"{k}={v}" for k, v in m.items()) for e, m, _ in MISTAKES],
+)
+def test_a_planted_mistake_gets_its_hint(exercise, mistake, hint):
+    make = _make_script if exercise == "fit_on_replicas" else _make_resumable
+    message = _hint(getattr(ex, f"check_{exercise}"), make(**mistake))
+    assert message.startswith(f"Exercise {exercise}:")
+    assert hint in message

@@ -71,18 +71,23 @@ def test_choose_strategy_not_done_yet():
 SUM, MEAN = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
 
 
+def first_batch(strategy, x, y, distribute, per_replica_batch):
+    """The batch as the answer feeds it: distributed (batched by the global batch, or wrongly by the
+    per-replica one), or the whole batch handed to every replica."""
+    if not distribute:
+        return (tf.constant(x), tf.constant(y))
+    size = len(x) // strategy.num_replicas_in_sync if per_replica_batch else len(x)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(size)
+    return next(iter(strategy.experimental_distribute_dataset(dataset)))
+
+
 def make_run_and_combine(
     loss_op=SUM, correct_op=SUM, predicted="gather", distribute=True, per_replica_batch=False
 ):
     """The reference answer, or one of the mistakes real code makes."""
 
     def run_and_combine(strategy, step_fn, x, y):
-        if distribute:
-            size = len(x) // strategy.num_replicas_in_sync if per_replica_batch else len(x)
-            dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(size)
-            batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
-        else:
-            batch = (tf.constant(x), tf.constant(y))
+        batch = first_batch(strategy, x, y, distribute, per_replica_batch)
 
         @tf.function
         def step(inputs):
@@ -128,50 +133,6 @@ def test_run_and_combine_concatenating_local_results_passes_too(capsys, two_repl
     assert "[pass] run_and_combine" in capsys.readouterr().out
 
 
-def test_run_and_combine_with_mean_of_the_loss_shares(two_replicas):
-    with pytest.raises(ExerciseError, match="SUM the shares; MEAN divides them"):
-        ex.check_run_and_combine(make_run_and_combine(loss_op=MEAN))
-
-
-def test_run_and_combine_with_mean_of_the_counts(two_replicas):
-    with pytest.raises(ExerciseError, match="a count adds up across replicas"):
-        ex.check_run_and_combine(make_run_and_combine(correct_op=MEAN))
-
-
-def test_run_and_combine_keeping_one_replicas_predictions(two_replicas):
-    with pytest.raises(ExerciseError, match="4 predictions for 7 examples.*strategy.gather"):
-        ex.check_run_and_combine(make_run_and_combine(predicted="first"))
-
-
-def test_run_and_combine_summing_the_predictions(two_replicas):
-    with pytest.raises(ExerciseError, match="vectors of 4 and 3 entries.*strategy.gather"):
-        ex.check_run_and_combine(make_run_and_combine(predicted="sum"))
-
-
-def test_run_and_combine_without_distributing_the_batch(two_replicas):
-    with pytest.raises(ExerciseError, match="every replica received the whole batch"):
-        ex.check_run_and_combine(make_run_and_combine(distribute=False))
-
-
-def test_run_and_combine_keeping_one_replicas_loss(two_replicas):
-    with pytest.raises(ExerciseError, match="is one replica's share of the batch's loss"):
-        ex.check_run_and_combine(make_run_and_combine(loss_op="first"))
-
-
-def test_run_and_combine_batching_by_the_per_replica_batch(two_replicas):
-    with pytest.raises(
-        ExerciseError, match="you scored 3 of 7 examples: batch the dataset by the GLOBAL batch"
-    ):
-        ex.check_run_and_combine(make_run_and_combine(per_replica_batch=True))
-
-
-def test_run_and_combine_returning_a_list_per_replica(two_replicas):
-    with pytest.raises(
-        ExerciseError, match="list of the replicas' values of different lengths.*strategy.gather"
-    ):
-        ex.check_run_and_combine(make_run_and_combine(predicted="list"))
-
-
 def test_run_and_combine_not_done_yet():
     def blank(strategy, step_fn, x, y):
         raise NotImplementedError("Exercise run_and_combine: write your code here")
@@ -208,7 +169,7 @@ def make_train_step(in_scope=True, distribute=True, own_mean=False, loss_op=SUM,
         with strategy.scope():
             optimizer = keras.optimizers.SGD(0.1)
             optimizer.build(model.trainable_variables)
-        if distribute:
+        if distribute:  # inline: the check reads the answer's source for the distributing call
             size = len(x) // strategy.num_replicas_in_sync if per_replica_batch else len(x)
             dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(size)
             batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
@@ -263,26 +224,44 @@ def test_fix_train_step_without_distributing_the_batch(two_replicas):
         ex.check_fix_train_step(scoped_but_whole_batch)
 
 
-def test_fix_train_step_dividing_by_the_replicas_own_batch(two_replicas):
-    with pytest.raises(ExerciseError, match="2.00x one device's: each replica's loss is its own mean"):
-        ex.check_fix_train_step(make_train_step(own_mean=True))
+# Each wrong answer of run_and_combine and fix_train_step, and the hint it must get.
+MISTAKES = [
+    ("run_and_combine", dict(loss_op=MEAN), "SUM the shares; MEAN divides them"),
+    ("run_and_combine", dict(correct_op=MEAN), "a count adds up across replicas"),
+    ("run_and_combine", dict(predicted="first"), "4 predictions for 7 examples.*strategy.gather"),
+    ("run_and_combine", dict(predicted="sum"), "vectors of 4 and 3 entries.*strategy.gather"),
+    ("run_and_combine", dict(distribute=False), "every replica received the whole batch"),
+    ("run_and_combine", dict(loss_op="first"), "is one replica's share of the batch's loss"),
+    (
+        "run_and_combine",
+        dict(per_replica_batch=True),
+        "you scored 3 of 7 examples: batch the dataset by the GLOBAL",
+    ),
+    (
+        "run_and_combine",
+        dict(predicted="list"),
+        "list of the replicas' values of different lengths.*strategy.gather",
+    ),
+    ("fix_train_step", dict(own_mean=True), "2.00x one device's: each replica's loss is its own mean"),
+    ("fix_train_step", dict(loss_op=MEAN), "combine them with SUM, not MEAN"),
+    (
+        "fix_train_step",
+        dict(per_replica_batch=True),
+        "first 4 of 8 examples only: batch the dataset by the GLOBAL",
+    ),
+    ("fix_train_step", dict(loss_op="first"), "is one replica's share of the batch's loss"),
+]
 
 
-def test_fix_train_step_reducing_the_loss_with_mean(two_replicas):
-    with pytest.raises(ExerciseError, match="combine them with SUM, not MEAN"):
-        ex.check_fix_train_step(make_train_step(loss_op=MEAN))
-
-
-def test_fix_train_step_batching_by_the_per_replica_batch(two_replicas):
-    with pytest.raises(
-        ExerciseError, match="first 4 of 8 examples only: batch the dataset by the GLOBAL batch"
-    ):
-        ex.check_fix_train_step(make_train_step(per_replica_batch=True))
-
-
-def test_fix_train_step_returning_one_replicas_loss(two_replicas):
-    with pytest.raises(ExerciseError, match="is one replica's share of the batch's loss"):
-        ex.check_fix_train_step(make_train_step(loss_op="first"))
+@pytest.mark.parametrize(
+    "exercise, mistake, hint",
+    MISTAKES,
+    ids=[f"{e}-" + ",".join(f"{k}={v}" for k, v in m.items()) for e, m, _ in MISTAKES],
+)
+def test_a_wrong_answer_gets_its_hint(two_replicas, exercise, mistake, hint):
+    answer = make_run_and_combine(**mistake) if exercise == "run_and_combine" else make_train_step(**mistake)
+    with pytest.raises(ExerciseError, match=hint):
+        getattr(ex, f"check_{exercise}")(answer)
 
 
 def test_fix_train_step_not_done_yet():

@@ -85,15 +85,17 @@ def replica_step(model, optimizer, images, labels, global_batch, mean=False):
     return loss
 
 
-def loop(build=True, drop=True, tensor_steps=True, per_call=True, mean=False, op="SUM"):
-    """The TPU-ready loop; each flag off (``mean`` on, ``op="MEAN"``) plants one mistake."""
+def loop(build=True, drop=True, tensor_steps=True, per_call=True, mean=False, op="SUM", restart=False):
+    """The TPU-ready loop; each flag off (``mean`` on, ``op="MEAN"``, ``restart`` on: a new
+    iterator for every call) plants one mistake."""
 
     def tpu_ready_loop(strategy, model, optimizer, x, y, global_batch, steps_per_call):
         if build:
             with strategy.scope():
                 optimizer.build(model.trainable_variables)
         dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=drop)
-        iterator = iter(strategy.experimental_distribute_dataset(dataset))
+        distributed = strategy.experimental_distribute_dataset(dataset)
+        iterator = iter(distributed)
 
         @tf.function
         def train_steps(iterator, steps):
@@ -111,7 +113,8 @@ def loop(build=True, drop=True, tensor_steps=True, per_call=True, mean=False, op
         losses = []
         for start in range(0, whole, chunk):
             steps = min(chunk, whole - start)
-            losses.append(float(train_steps(iterator, tf.constant(steps) if tensor_steps else steps)))
+            steps = tf.constant(steps) if tensor_steps else steps
+            losses.append(float(train_steps(iter(distributed) if restart else iterator, steps)))
         return train_steps, losses
 
     return tpu_ready_loop
@@ -224,33 +227,9 @@ def test_tpu_ready_loop_mean_of_replica_losses() -> None:
 
 
 def test_tpu_ready_loop_new_iterator_per_call() -> None:
-    def restarting(strategy, model, optimizer, x, y, global_batch, steps_per_call):
-        with strategy.scope():
-            optimizer.build(model.trainable_variables)
-        dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=True)
-        distributed = strategy.experimental_distribute_dataset(dataset)
-
-        @tf.function
-        def train_steps(iterator, steps):
-            total = tf.constant(0.0)
-            for _ in tf.range(steps):
-                images, labels = next(iterator)
-                per_replica = strategy.run(
-                    replica_step, args=(model, optimizer, images, labels, global_batch)
-                )
-                total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-            return total / tf.cast(steps, tf.float32)
-
-        whole = len(x) // global_batch
-        losses = []
-        for start in range(0, whole, steps_per_call):
-            steps = tf.constant(min(steps_per_call, whole - start))
-            losses.append(float(train_steps(iter(distributed), steps)))
-        return train_steps, losses
-
     fails_with(
         ex.check_tpu_ready_loop,
-        restarting,
+        loop(restart=True),
         "On one device",
         "started a new iterator",
         "Make the iterator once",

@@ -1,4 +1,4 @@
-"""The same worker program on a real cluster (course_utils.lessons.deploy), checked offline.
+"""The same worker program on a real cluster (course_tools.deploy), checked offline.
 
 For Kubernetes, Vertex AI and Slurm, the code each manifest embeds is run with that engine's
 variables simulated for every task (``JOB_COMPLETION_INDEX``; ``CLUSTER_SPEC``; ``SLURM_PROCID``
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from course_tools import deploy
 from course_utils.cluster import cluster_spec, make_tf_config, run_cluster, tasks_of
-from course_utils.lessons import deploy
 
 ENGINES = ["kubernetes", "vertex", "slurm"]
 SHAPES = {
@@ -122,7 +122,7 @@ def test_without_pyyaml_the_manifests_are_json(monkeypatch) -> None:
 
 
 def test_deployments_give_every_task_the_launchers_tf_config() -> None:
-    """What notebook 07's section 12 prints: one file per engine, each task's TF_CONFIG checked."""
+    """What ``python -m course_tools.deploy`` writes: one file per engine, each task's TF_CONFIG checked."""
     local = cluster_spec(workers=2, ports=[41001, 41002])
     jobs = deploy.deployments(local)
     assert [job.engine for job in jobs] == ["kubernetes", "vertex", "slurm"]
@@ -134,3 +134,21 @@ def test_deployments_give_every_task_the_launchers_tf_config() -> None:
     assert jobs[0].derived["worker 1"]["cluster"] == {
         "worker": ["trainer-0.trainer:2222", "trainer-1.trainer:2222"]
     }
+
+
+def test_the_command_writes_the_three_files_and_checks_them(tmp_path: Path, capsys) -> None:
+    assert deploy.main(["--workers", "2", "--ps", "1", "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trainer.sbatch", "trainer.yaml", "vertex_job.yaml"]
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 3 and all(line.endswith("the launcher's: True") for line in printed)
+    assert deploy.main(["--workers", "0", "--out", str(tmp_path)]) == 2  # no task: one line, no traceback
+    assert "deploy: " in capsys.readouterr().err
+
+
+def test_the_notebooks_kubernetes_lines_are_the_manifests(tmp_path: Path) -> None:
+    """Notebook 07 writes the pod's start-up lines in a cell; they are the lines the Indexed Job embeds."""
+    import nbformat
+
+    master = Path(__file__).resolve().parents[1] / "solutions" / "07_multi_worker_training.ipynb"
+    cells = [c.source for c in nbformat.read(master, as_version=4).cells if c.cell_type == "code"]
+    assert any(deploy.KUBERNETES_DERIVE.strip() in source for source in cells)

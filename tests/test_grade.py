@@ -92,13 +92,11 @@ def test_answers_found_by_definition_when_cells_moved_and_retagged(the_course) -
 
 def test_student_markers_and_shell_lines_are_removed(the_course) -> None:
     nb00 = the_course.notebooks[NB]
-    student = make_class.with_answers(
-        nb00.master,
-        {
-            "uneven_mean": "# NBVAL_SKIP\n!pip install something\n%pip install other\n"
-            "def uneven_mean():\n    # NBVAL_RAISES_EXCEPTION\n    return 4.0\n",
-        },
+    marked = (  # an answer with nbval markers and shell lines in it
+        "# NBVAL_SKIP\n!pip install something\n%pip install other\n"
+        "def uneven_mean():\n    # NBVAL_RAISES_EXCEPTION\n    return 4.0\n"
     )
+    student = make_class.with_answers(nb00.master, {"uneven_mean": marked})
     graded = extract.build(nb00, extract.find_answers(submission_of(student), nb00), whole=True)
     source = graded.notebook.cells[nb00.exercises[0].solution_cell].source
     assert "NBVAL" not in source
@@ -177,13 +175,10 @@ def test_metadata_is_the_fallback_and_nothing_found_is_missing(the_course) -> No
 
 def test_helper_cells_the_answer_uses_come_with_it(the_course) -> None:
     nb00 = the_course.notebooks[NB]
-    student = make_class.with_answers(
-        nb00.master,
-        {
-            "per_replica_batch": "def per_replica_batch(global_batch, replicas):\n"
-            "    return _split(global_batch, replicas)\n",
-        },
+    uses_helper = (
+        "def per_replica_batch(global_batch, replicas):\n    return _split(global_batch, replicas)\n"
     )
+    student = make_class.with_answers(nb00.master, {"per_replica_batch": uses_helper})
     helper = nbformat.v4.new_code_cell(
         "def _split(n, k):\n    if n % k:\n        raise ValueError('uneven')\n    return n // k\n"
     )

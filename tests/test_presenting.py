@@ -11,12 +11,11 @@ of the first slide and of a later one under the test's temporary folder.
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import nbformat
 import pytest
-from browser import PAGE_LOAD, launch, playwright_or_skip
+from browser import PAGE_LOAD, browser_page, playwright_or_skip
 
 from course_tools import presenting
 from course_tools.cellmeta import role
@@ -83,33 +82,21 @@ def test_a_deck_renders_in_a_real_browser_without_a_network(tmp_path: Path) -> N
             blocked.append(url)
             request_route.abort()
 
-    with sync_playwright() as playwright:
-        context = launch(playwright, tmp_path / "chromium-profile", 1280, 800)
-        page = None
-        try:
-            context.route("**/*", route)
-            page = context.pages[0] if context.pages else context.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto(deck.as_uri(), timeout=PAGE_LOAD * 1000)
-            page.wait_for_function(
-                "() => window.Reveal && Reveal.isReady()", timeout=PAGE_LOAD * 1000, polling=250
-            )
-            total = page.evaluate("() => Reveal.getTotalSlides()")
-            title = page.evaluate("() => Reveal.getCurrentSlide().innerText")
-            page.screenshot(path=str(first_png))
-            page.evaluate("() => Reveal.slide(3, 0)")
-            page.wait_for_function("() => Reveal.getIndices().h === 3", timeout=30_000)
-            later = page.evaluate("() => Reveal.getCurrentSlide().innerText")
-            page.screenshot(path=str(later_png))
-        except Exception:
-            if page is not None:
-                with contextlib.suppress(Exception):
-                    page.screenshot(path=str(tmp_path / "failure.png"))
-                    print(f"screenshot of the failure: {tmp_path / 'failure.png'}")
-            raise
-        finally:
-            context.close()
+    with sync_playwright() as playwright, browser_page(playwright, tmp_path, 1280, 800) as (context, page):
+        context.route("**/*", route)
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(deck.as_uri(), timeout=PAGE_LOAD * 1000)
+        page.wait_for_function(
+            "() => window.Reveal && Reveal.isReady()", timeout=PAGE_LOAD * 1000, polling=250
+        )
+        total = page.evaluate("() => Reveal.getTotalSlides()")
+        title = page.evaluate("() => Reveal.getCurrentSlide().innerText")
+        page.screenshot(path=str(first_png))
+        page.evaluate("() => Reveal.slide(3, 0)")
+        page.wait_for_function("() => Reveal.getIndices().h === 3", timeout=30_000)
+        later = page.evaluate("() => Reveal.getCurrentSlide().innerText")
+        page.screenshot(path=str(later_png))
 
     print(f"screenshots: {first_png} {later_png}; requests blocked: {blocked}")
     assert total == expected, (

@@ -195,36 +195,54 @@ def replica_step(strategy: Any, model: Any, optimizer: Any, global_batch: int) -
     return step
 
 
-def make_naive_ctl(
-    strategy: Any,
-    images: Optional[np.ndarray] = None,
-    labels: Optional[np.ndarray] = None,
-    *,
-    per_replica_batch: int = 64,
-    seed: int = 1,
-    learning_rate: float = 1e-3,
-    dataset: Any = None,
-) -> Trainer:
-    """The tutorial's loop, epoch after epoch::
+@dataclass(frozen=True)
+class LoopOptions:
+    """How a loop is built. ``dataset`` (batched with the global batch; repeated for ``ctl`` and
+    ``fit``) replaces the loop's own pipeline; ``naive_ctl`` makes one step per call whatever
+    ``steps_per_call`` says."""
 
-        for x in dist_dataset:
-            total_loss += distributed_train_step(x)
+    per_replica_batch: int = 64
+    steps_per_call: int = 25
+    seed: int = 1
+    learning_rate: float = 1e-3
+    dataset: Any = None
 
-    ``dataset`` (batched with the global batch) replaces the tutorial's pipeline.
-    """
-    tf = _tf()
-    global_batch = per_replica_batch * strategy.num_replicas_in_sync
-    model, optimizer = _model_and_optimizer(strategy, seed, learning_rate)
-    step = replica_step(strategy, model, optimizer, global_batch)
+
+@dataclass(frozen=True)
+class _Parts:
+    global_batch: int
+    model: Any
+    optimizer: Any
+    dataset: Any
+
+
+def _parts(
+    strategy: Any, images: Any, labels: Any, options: LoopOptions, pipeline: Callable[..., Any]
+) -> _Parts:
+    """The model and optimizer built in the scope, and the dataset (``options.dataset`` or ``pipeline``'s)."""
+    global_batch = options.per_replica_batch * strategy.num_replicas_in_sync
+    model, optimizer = _model_and_optimizer(strategy, options.seed, options.learning_rate)
+    dataset = options.dataset
     if dataset is None:
-        dataset = tutorial_dataset(*_arrays(images, labels), global_batch, seed)
+        dataset = pipeline(*_arrays(images, labels), global_batch, options.seed)
+    return _Parts(global_batch, model, optimizer, dataset)
+
+
+def make_naive_ctl(
+    strategy: Any, images: Any = None, labels: Any = None, options: LoopOptions = LoopOptions()
+) -> Trainer:
+    """The tutorial's loop, epoch after epoch: ``for x in dist_dataset: total_loss +=
+    distributed_train_step(x)``, one ``tf.function`` call per step."""
+    tf = _tf()
+    parts = _parts(strategy, images, labels, options, tutorial_dataset)
+    step = replica_step(strategy, parts.model, parts.optimizer, parts.global_batch)
 
     def epochs(dist_dataset: Any) -> Any:
         while True:
             for inputs in dist_dataset:  # a new pass over the data each epoch, as in the tutorial
                 yield inputs
 
-    state = {"batches": epochs(strategy.experimental_distribute_dataset(dataset))}
+    state = {"batches": epochs(strategy.experimental_distribute_dataset(parts.dataset))}
 
     def use_dataset(new: Any, input_options: Any = None) -> None:
         state["batches"] = epochs(strategy.experimental_distribute_dataset(new, input_options))
@@ -241,31 +259,17 @@ def make_naive_ctl(
             total += distributed_train_step(next(batches))
         return float(total) / steps
 
-    return Trainer("naive_ctl", strategy, model, per_replica_batch, 1, run, None, use_dataset)
+    return Trainer("naive_ctl", strategy, parts.model, options.per_replica_batch, 1, run, None, use_dataset)
 
 
 def make_ctl(
-    strategy: Any,
-    images: Optional[np.ndarray] = None,
-    labels: Optional[np.ndarray] = None,
-    *,
-    per_replica_batch: int = 64,
-    steps_per_call: int = 25,
-    seed: int = 1,
-    learning_rate: float = 1e-3,
-    dataset: Any = None,
+    strategy: Any, images: Any = None, labels: Any = None, options: LoopOptions = LoopOptions()
 ) -> Trainer:
-    """The course's loop: ``steps_per_call`` steps per ``tf.function`` call, input prefetched.
-
-    ``dataset`` (batched with the global batch, repeated) replaces :func:`course_dataset`.
-    """
+    """The course's loop: ``steps_per_call`` steps per ``tf.function`` call, input prefetched."""
     tf = _tf()
-    global_batch = per_replica_batch * strategy.num_replicas_in_sync
-    model, optimizer = _model_and_optimizer(strategy, seed, learning_rate)
-    step = replica_step(strategy, model, optimizer, global_batch)
-    if dataset is None:
-        dataset = course_dataset(*_arrays(images, labels), global_batch, seed)
-    state = {"iterator": iter(strategy.experimental_distribute_dataset(dataset))}
+    parts = _parts(strategy, images, labels, options, course_dataset)
+    step = replica_step(strategy, parts.model, parts.optimizer, parts.global_batch)
+    state = {"iterator": iter(strategy.experimental_distribute_dataset(parts.dataset))}
 
     def use_dataset(new: Any, input_options: Any = None) -> None:
         state["iterator"] = iter(strategy.experimental_distribute_dataset(new, input_options))
@@ -290,7 +294,16 @@ def make_ctl(
             total += train_steps(state["iterator"], calls)
         return float(total) / steps
 
-    return Trainer("ctl", strategy, model, per_replica_batch, steps_per_call, run, None, use_dataset)
+    return Trainer(
+        "ctl",
+        strategy,
+        parts.model,
+        options.per_replica_batch,
+        options.steps_per_call,
+        run,
+        None,
+        use_dataset,
+    )
 
 
 def _epoch_timer(first_timed: int, hooks: tuple[Callable[[], None], Callable[[], None]]) -> Any:
@@ -319,32 +332,22 @@ def _epoch_timer(first_timed: int, hooks: tuple[Callable[[], None], Callable[[],
 
 
 def make_fit(
-    strategy: Any,
-    images: Optional[np.ndarray] = None,
-    labels: Optional[np.ndarray] = None,
-    *,
-    per_replica_batch: int = 64,
-    steps_per_call: int = 25,
-    seed: int = 1,
-    learning_rate: float = 1e-3,
-    dataset: Any = None,
+    strategy: Any, images: Any = None, labels: Any = None, options: LoopOptions = LoopOptions()
 ) -> Trainer:
     """``Model.fit`` with ``steps_per_execution=steps_per_call``; each timed run is one epoch of
     one ``fit`` call."""
     import keras
 
-    global_batch = per_replica_batch * strategy.num_replicas_in_sync
-    model, optimizer = _model_and_optimizer(strategy, seed, learning_rate)
+    parts = _parts(strategy, images, labels, options, course_dataset)
+    model = parts.model
     with strategy.scope():
         model.compile(
-            optimizer=optimizer,
+            optimizer=parts.optimizer,
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
-            steps_per_execution=steps_per_call,
+            steps_per_execution=options.steps_per_call,
         )
-    if dataset is None:
-        dataset = course_dataset(*_arrays(images, labels), global_batch, seed)
-    state = {"epoch": 0, "dataset": dataset}
+    state = {"epoch": 0, "dataset": parts.dataset}
 
     def use_dataset(new: Any, input_options: Any = None) -> None:
         if input_options is not None:
@@ -376,7 +379,9 @@ def make_fit(
         fit_epochs(steps, warmup_runs + runs, [timer])
         return timer.seconds[warmup_runs:]
 
-    return Trainer("fit", strategy, model, per_replica_batch, steps_per_call, run, time_runs, use_dataset)
+    return Trainer(
+        "fit", strategy, model, options.per_replica_batch, options.steps_per_call, run, time_runs, use_dataset
+    )
 
 
 MAKERS: dict[str, Callable[..., Trainer]] = {
@@ -387,20 +392,9 @@ MAKERS: dict[str, Callable[..., Trainer]] = {
 
 
 def make_trainer(
-    loop: str,
-    strategy: Any,
-    images: Optional[np.ndarray] = None,
-    labels: Optional[np.ndarray] = None,
-    *,
-    per_replica_batch: int = 64,
-    steps_per_call: Optional[int] = None,
-    seed: int = 1,
-    dataset: Any = None,
+    loop: str, strategy: Any, images: Any = None, labels: Any = None, options: LoopOptions = LoopOptions()
 ) -> Trainer:
-    """Build one of :data:`LOOPS` by name (``steps_per_call`` is ignored by ``naive_ctl``)."""
+    """Build one of :data:`LOOPS` by name."""
     if loop not in MAKERS:
         raise ValueError(f"Unknown loop {loop!r}; choose one of {', '.join(LOOPS)}.")
-    kwargs: dict[str, Any] = {"per_replica_batch": per_replica_batch, "seed": seed, "dataset": dataset}
-    if loop != "naive_ctl" and steps_per_call is not None:
-        kwargs["steps_per_call"] = steps_per_call
-    return MAKERS[loop](strategy, images, labels, **kwargs)
+    return MAKERS[loop](strategy, images, labels, options)

@@ -28,16 +28,10 @@ def measure_here(
     after_run: Optional[Callable[[], None]] = None,
 ) -> Measurement:
     """Time one loop in this process, on this strategy (warm-up excluded)."""
-    from .loops import make_trainer
+    from .loops import LoopOptions, make_trainer
 
-    trainer = make_trainer(
-        loop,
-        strategy,
-        images,
-        labels,
-        per_replica_batch=config.per_replica_batch,
-        steps_per_call=config.steps_per_call,
-    )
+    options = LoopOptions(per_replica_batch=config.per_replica_batch, steps_per_call=config.steps_per_call)
+    trainer = make_trainer(loop, strategy, images, labels, options)
     seconds = trainer.time_runs(
         config.steps, config.runs, config.warmup_runs, before_run=before_run, after_run=after_run
     )

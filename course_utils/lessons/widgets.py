@@ -1,11 +1,15 @@
-"""Notebook 01: pictures and the interactive batch-split explorer of data parallelism.
+"""Notebook 01: its data, its pictures and the batch-split explorer; the lesson's code is in its cells.
 
+* :func:`make_problem`: a small learnable classification batch and starting weights.
 * :func:`data_parallelism_picture`: slices of a batch, the same model on every device, gradients
   aggregated, one update, a new model.
-* :func:`sync_async_picture`: synchronous and asynchronous workers on a time line.
+* :func:`timelines` and :func:`sync_async_picture`: synchronous and asynchronous workers on a
+  time line.
+* :func:`ring_picture` and :func:`traffic_picture`: a ring all-reduce step by step and the bytes
+  it sends, drawn from the numbers the notebook's cells computed.
 * :func:`explore_data_parallelism`: sliders for the number of replicas and the global batch size
-  that redraw how the batch is split, each replica's batch, the loss denominator and the
-  resulting gradient against the single-device one. Where widgets cannot render (a notebook run
+  that rerun the notebook's own step and redraw how the batch is split, what each replica divides
+  by, and the resulting gradient against one device's. Where widgets cannot render (a notebook run
   by nbval or nbclient, a static viewer, no ipywidgets installed) it shows the same figure for the
   default values instead, with the same numbers in text.
 
@@ -19,11 +23,16 @@ import base64
 import io
 import os
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from . import simulation as sim
+Params = dict[str, np.ndarray]
+#: The notebook's ``data_parallel_step(params, x, y, replicas, local_mean=False)``: it returns
+#: (each replica's gradient, the all-reduced gradients, each replica's new weights).
+Step = Callable[..., tuple[list[Params], list[Params], list[Params]]]
+#: The notebook's ``loss_gradients(params, x, y, denominator)``.
+Gradient = Callable[[Params, np.ndarray, np.ndarray, float], Params]
 
 #: Colours of replicas 0, 1, 2, ... (tab10, so they match matplotlib's defaults).
 REPLICA_COLORS = [
@@ -43,6 +52,22 @@ REPLICA_COLORS = [
 MAX_REPLICAS = 8
 MIN_BATCH, MAX_BATCH, BATCH_STEP = 8, 128, 4
 DEFAULT_REPLICAS, DEFAULT_BATCH = 4, 32
+
+
+def make_problem(
+    examples: int = 64, features: int = 4, classes: int = 3, seed: int = 0
+) -> tuple[Params, np.ndarray, np.ndarray]:
+    """``(params, x, y)``: a deterministic batch whose labels come from a hidden linear "teacher"
+    plus noise, and small starting weights ``{"kernel", "bias"}``. The floats are float64 holding
+    float32 values, so TensorFlow in float32 gets exactly the same numbers."""
+    if examples < 1 or features < 1 or classes < 2:
+        raise ValueError("make_problem needs examples >= 1, features >= 1 and classes >= 2.")
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(examples, features)).astype(np.float32)
+    teacher = rng.normal(size=(features, classes))
+    y = np.argmax(x @ teacher + 0.5 * rng.normal(size=(examples, classes)), axis=1).astype(np.int32)
+    kernel = (0.1 * rng.normal(size=(features, classes))).astype(np.float32)
+    return {"kernel": kernel.astype(np.float64), "bias": np.zeros(classes)}, x.astype(np.float64), y
 
 
 # --------------------------------------------------------------------------- showing figures
@@ -169,30 +194,72 @@ def data_parallelism_picture(replicas: int = 3, examples_per_replica: int = 4) -
 # --------------------------------------------------------------------------- sync vs async
 
 
-def sync_async_picture(durations: tuple[float, ...] = (1.0, 1.25, 2.0), horizon: float = 8.0) -> Any:
+@dataclass(frozen=True)
+class Timeline:
+    """Gradient computations of several workers on a time line.
+
+    ``work`` holds ``(worker, start, end, staleness)``; staleness counts the updates others applied
+    between the worker reading the weights and its gradient being applied. ``barriers`` are the
+    ends of the synchronous steps (none when asynchronous).
+    """
+
+    kind: str  # "sync" or "async"
+    workers: int
+    work: list[tuple[int, float, float, int]]
+    barriers: list[float]
+
+    @property
+    def updates(self) -> int:
+        """How many times the weights changed."""
+        return len(self.barriers) if self.kind == "sync" else len(self.work)
+
+    @property
+    def idle_fraction(self) -> float:
+        """Share of the workers' time spent waiting, up to the last update."""
+        end = self.barriers[-1] if self.kind == "sync" else max(w[2] for w in self.work)
+        return 1.0 - sum(w[2] - w[1] for w in self.work) / (self.workers * end)
+
+    @property
+    def max_staleness(self) -> int:
+        return max((w[3] for w in self.work), default=0)
+
+
+def timelines(durations: Sequence[float], horizon: float) -> tuple[Timeline, Timeline]:
+    """The same workers (seconds per batch each) until ``horizon``: synchronous steps that end when
+    the slowest is done, and asynchronous workers that push each gradient to a parameter server as
+    soon as it is ready (ties: the lower worker first)."""
+    step, n = max(durations), len(durations)
+    count = int(horizon / step + 1e-9)
+    sync = [(w, k * step, k * step + d, 0) for k in range(count) for w, d in enumerate(durations)]
+    barriers = [round((k + 1) * step, 9) for k in range(count)]
+    work: list[tuple[int, float, float, int]] = []
+    start, read, version = [0.0] * n, [0] * n, 0
+    while True:
+        ends = [start[w] + d for w, d in enumerate(durations)]
+        w = int(np.argmin(ends))
+        if ends[w] > horizon + 1e-9:
+            break
+        work.append((w, start[w], ends[w], version - read[w]))
+        version += 1
+        start[w], read[w] = ends[w], version
+    return Timeline("sync", n, sync, barriers), Timeline("async", n, work, [])
+
+
+def sync_async_picture(sync: Timeline, asyn: Timeline) -> Any:
     """Two time lines of the same workers: synchronous steps (everyone waits for the slowest) and
     asynchronous pushes to a parameter server (nobody waits; gradients may be stale)."""
     from matplotlib.figure import Figure
 
-    sync = sim.sync_schedule(durations, horizon)
-    asyn = sim.async_schedule(durations, horizon)
-    n = len(durations)
+    n = sync.workers
+    horizon = max(sync.barriers[-1], max(w[2] for w in asyn.work))
     fig = Figure(figsize=(11, 1.0 * n + 2.6))
     top, bottom = fig.subplots(2, 1, sharex=True)
-    for w in sync.work:
-        top.barh(
-            w.worker, w.end - w.start, left=w.start, color=_color(w.worker), edgecolor="black", height=0.6
-        )
-        step_end = min(b for b in sync.barriers if b >= w.end - 1e-9)
-        if step_end - w.end > 1e-9:
+    for worker, start, end, _ in sync.work:
+        top.barh(worker, end - start, left=start, color=_color(worker), edgecolor="black", height=0.6)
+        step_end = min(b for b in sync.barriers if b >= end - 1e-9)
+        if step_end - end > 1e-9:
             top.barh(
-                w.worker,
-                step_end - w.end,
-                left=w.end,
-                color="white",
-                edgecolor="gray",
-                hatch="///",
-                height=0.6,
+                worker, step_end - end, left=end, color="white", edgecolor="gray", hatch="///", height=0.6
             )
     for b in sync.barriers:
         top.axvline(b, color="black", lw=1, ls="--")
@@ -201,19 +268,10 @@ def sync_async_picture(durations: tuple[float, ...] = (1.0, 1.25, 2.0), horizon:
         "(hatched), every gradient fresh",
         fontsize=10,
     )
-    for w in asyn.work:
-        bottom.barh(
-            w.worker, w.end - w.start, left=w.start, color=_color(w.worker), edgecolor="black", height=0.6
-        )
+    for worker, start, end, stale in asyn.work:
+        bottom.barh(worker, end - start, left=start, color=_color(worker), edgecolor="black", height=0.6)
         bottom.text(
-            (w.start + w.end) / 2,
-            w.worker,
-            f"{w.staleness}",
-            ha="center",
-            va="center",
-            fontsize=8,
-            color="white",
-            weight="bold",
+            (start + end) / 2, worker, str(stale), ha="center", va="center", fontsize=8, color="white"
         )
     bottom.set_title(
         f"asynchronous: {asyn.updates} updates, nobody waits, but a gradient can be up to "
@@ -229,28 +287,129 @@ def sync_async_picture(durations: tuple[float, ...] = (1.0, 1.25, 2.0), horizon:
     return fig
 
 
+# --------------------------------------------------------------------------- all-reduce
+
+
+def ring_picture(steps: Sequence[tuple[str, np.ndarray, Sequence[Optional[int]]]]) -> Any:
+    """One row per step of a ring all-reduce, one column per device, each device's gradient drawn
+    as N chunks, darker as it sums more devices' values.
+
+    ``steps`` is what the notebook's ``ring_allreduce`` recorded: ``(label, held, sent)`` after
+    each step, ``held[device, chunk]`` the number of devices summed in that chunk and
+    ``sent[device]`` the chunk it sent to its right neighbour (None at the start).
+    """
+    import matplotlib.colors as mcolors
+    from matplotlib.figure import Figure
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
+    n = len(steps[0][1])
+    cmap = mcolors.LinearSegmentedColormap.from_list("sum", ["#deebf7", "#08306b"])
+    fig = Figure(figsize=(1.9 * n + 3.2, 0.62 * len(steps) + 0.9))
+    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
+    ax.set_xlim(-2.3, 1.9 * n + 0.9)
+    ax.set_ylim(-len(steps) - 0.1, 1.1)
+    ax.axis("off")
+    w = 1.3 / n
+
+    def arrow(x0: float, x1: float, y: float) -> None:
+        ax.add_patch(
+            FancyArrowPatch((x0, y), (x1, y), arrowstyle="-|>", mutation_scale=9, color="tab:orange")
+        )
+
+    for d in range(n):
+        ax.text(d * 1.9 + 0.65, 0.55, f"device {d}", ha="center", va="center", fontsize=10, weight="bold")
+    for row, (label, held, sent) in enumerate(steps):
+        y = -row - 0.35
+        ax.text(-2.2, y + 0.3, label, ha="left", va="center", fontsize=9)
+        for d in range(n):
+            x0 = d * 1.9
+            for c in range(n):
+                k = int(held[d][c])
+                face = cmap((k - 1) / max(n - 1, 1))
+                ax.add_patch(
+                    Rectangle((x0 + c * w, y), w * 0.92, 0.6, facecolor=face, edgecolor="black", lw=0.6)
+                )
+                color = "white" if k > n / 2 else "black"
+                ax.text(
+                    x0 + (c + 0.46) * w, y + 0.3, str(k), ha="center", va="center", fontsize=7, color=color
+                )
+            chunk = sent[d]
+            if chunk is not None:  # the chunk this device sent in this step: outlined in orange
+                ax.add_patch(
+                    Rectangle((x0 + chunk * w, y), w * 0.92, 0.6, fill=False, edgecolor="tab:orange", lw=2.2)
+                )
+                if d < n - 1:
+                    arrow(x0 + 1.33, x0 + 1.87, y + 0.3)
+        if sent[0] is not None:
+            x_end = 1.9 * (n - 1) + 1.33
+            arrow(x_end, x_end + 0.35, y + 0.3)
+            ax.text(
+                x_end + 0.4, y + 0.3, "to device 0", ha="left", va="center", fontsize=7, color="tab:orange"
+            )
+    ax.text(
+        -2.2,
+        -len(steps) + 0.05,
+        "number in a chunk = how many devices' gradients it already sums; orange = sent to the right neighbour",
+        fontsize=8,
+        va="center",
+    )
+    return fig
+
+
+def traffic_picture(
+    devices: Sequence[int], ring: Mapping[str, Sequence[float]], server: Mapping[str, Sequence[float]]
+) -> Any:
+    """Bytes sent per step against the number of devices, one panel per model: ``ring[model]`` of a
+    ring device and ``server[model]`` of a single parameter server, one number per entry of ``devices``."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4.6 * len(ring), 3.4))
+    axes = fig.subplots(1, len(ring), squeeze=False)[0]
+    ns = list(devices)
+    for index, (ax, name) in enumerate(zip(axes, ring)):
+        ax.plot(ns, np.asarray(server[name]) / 1e6, marker="s", color="tab:red", label="one parameter server")
+        ax.plot(
+            ns,
+            np.asarray(ring[name]) / 1e6,
+            marker="o",
+            color="tab:blue",
+            label="ring all-reduce: each device",
+        )
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("devices N")
+        if index == 0:
+            ax.set_ylabel("MB sent per step")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 # --------------------------------------------------------------------------- the explorer
 
 
 @dataclass(frozen=True)
 class SplitSummary:
-    """Everything the explorer shows for one (replicas, global batch) setting."""
+    """Everything the explorer shows for one (replicas, global batch) setting; gradients flattened."""
 
     replicas: int
     global_batch: int
     shard_sizes: list[int]
-    single: dict[str, np.ndarray]
-    data_parallel: dict[str, np.ndarray]
-    local_mean: dict[str, np.ndarray]
+    single: np.ndarray
+    data_parallel: np.ndarray
+    local_mean: np.ndarray
 
     @property
     def matches(self) -> bool:
         """The all-reduced gradient equals the single-device gradient (to 1e-6)."""
-        return sim.max_abs_difference(self.data_parallel, self.single) <= 1e-6
+        return bool(np.max(np.abs(self.data_parallel - self.single)) <= 1e-6)
 
     @property
     def local_mean_ratio(self) -> float:
-        return sim.ratio(self.local_mean, self.single)
+        return float(np.vdot(self.local_mean, self.single) / np.vdot(self.single, self.single))
 
     def text(self) -> str:
         sizes = ", ".join(str(s) for s in self.shard_sizes)
@@ -266,31 +425,33 @@ class SplitSummary:
         )
 
 
-_PROBLEM: Optional[sim.Problem] = None
+_PROBLEM: Optional[tuple[Params, np.ndarray, np.ndarray]] = None
 
 
-def _problem() -> sim.Problem:
+def _flat(grads: Mapping[str, np.ndarray]) -> np.ndarray:
+    return np.concatenate([np.ravel(v) for v in grads.values()])
+
+
+def split_summary(step: Step, gradient: Gradient, replicas: int, global_batch: int) -> SplitSummary:
+    """Run ``step`` on the first ``global_batch`` examples of the explorer's batch on ``replicas``
+    replicas, dividing by the global batch and by each replica's own batch, next to ``gradient``
+    of the whole batch on one device."""
     global _PROBLEM
     if _PROBLEM is None:
-        _PROBLEM = sim.make_problem(MAX_BATCH, features=4, classes=3, seed=0)
-    return _PROBLEM
-
-
-def split_summary(replicas: int, global_batch: int, problem: Optional[sim.Problem] = None) -> SplitSummary:
-    """Split the first ``global_batch`` examples over ``replicas`` and compute the three gradients."""
-    base = problem or _problem()
-    if not 1 <= global_batch <= base.batch:
-        raise ValueError(f"global_batch must be between 1 and {base.batch}, got {global_batch}.")
-    p = base.head(global_batch)
-    right = sim.data_parallel_step(p.params, p.x, p.y, replicas)
-    wrong = sim.data_parallel_step(p.params, p.x, p.y, replicas, local_mean=True)
+        _PROBLEM = make_problem(MAX_BATCH, features=4, classes=3, seed=0)
+    params, x, y = _PROBLEM
+    if not 1 <= global_batch <= len(x):
+        raise ValueError(f"global_batch must be between 1 and {len(x)}, got {global_batch}.")
+    x, y = x[:global_batch], y[:global_batch]
+    _, right, _ = step(params, x, y, replicas)
+    _, wrong, _ = step(params, x, y, replicas, local_mean=True)
     return SplitSummary(
         replicas=int(replicas),
         global_batch=int(global_batch),
-        shard_sizes=right.shard_sizes,
-        single=sim.single_device_gradients(p.params, p.x, p.y),
-        data_parallel=right.gradients,
-        local_mean=wrong.gradients,
+        shard_sizes=[len(s) for s in np.array_split(y, replicas)],
+        single=_flat(gradient(params, x, y, global_batch)),
+        data_parallel=_flat(right[0]),
+        local_mean=_flat(wrong[0]),
     )
 
 
@@ -326,9 +487,7 @@ def batch_split_figure(summary: SplitSummary, entries: int = 8) -> Any:
     denom.set_title("what each replica divides its loss sum by", fontsize=10)
     denom.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
 
-    single = sim.flatten(summary.single)[:entries]
-    right = sim.flatten(summary.data_parallel)[:entries]
-    wrong = sim.flatten(summary.local_mean)[:entries]
+    single, right, wrong = (v[:entries] for v in (summary.single, summary.data_parallel, summary.local_mean))
     k = np.arange(len(single))
     grad.bar(k - 0.27, single, width=0.27, color="black", label="one device, whole batch")
     grad.bar(k, right, width=0.27, color="tab:green", label=f"{n} replicas, all-reduced (right)")
@@ -379,15 +538,23 @@ def _png_output(png: bytes, alt: str) -> dict[str, Any]:
 
 
 class DataParallelExplorer:
-    """Two sliders (replicas, global batch) and an output that redraws on every change.
+    """Two sliders (replicas, global batch) and an output that reruns ``step`` and redraws on every
+    change.
 
     ``summary`` holds the numbers shown last and ``redraws`` counts the redraws (what the tests
     look at); ``widget`` is the ipywidgets box to display.
     """
 
-    def __init__(self, replicas: int = DEFAULT_REPLICAS, global_batch: int = DEFAULT_BATCH) -> None:
+    def __init__(
+        self,
+        step: Step,
+        gradient: Gradient,
+        replicas: int = DEFAULT_REPLICAS,
+        global_batch: int = DEFAULT_BATCH,
+    ) -> None:
         import ipywidgets as w
 
+        self.step, self.gradient = step, gradient
         self.replicas = w.IntSlider(
             value=replicas,
             min=1,
@@ -418,7 +585,7 @@ class DataParallelExplorer:
         self.redraw()
 
     def redraw(self) -> None:
-        summary = split_summary(self.replicas.value, self.global_batch.value)
+        summary = split_summary(self.step, self.gradient, self.replicas.value, self.global_batch.value)
         png = figure_png(batch_split_figure(summary), dpi=80)
         self.output.outputs = (
             _png_output(png, f"<figure: {summary.replicas} replicas, global batch {summary.global_batch}>"),
@@ -434,13 +601,16 @@ class DataParallelExplorer:
 
 
 def explore_data_parallelism(
+    step: Step,
+    gradient: Gradient,
     replicas: int = DEFAULT_REPLICAS,
     global_batch: int = DEFAULT_BATCH,
     *,
     interactive: Optional[bool] = None,
 ) -> Optional[DataParallelExplorer]:
-    """Show the batch-split explorer: live sliders where a front end can draw them, otherwise the
-    same figure and numbers for ``replicas`` and ``global_batch``.
+    """Show the batch-split explorer of ``step`` (the notebook's ``data_parallel_step``) against
+    ``gradient`` (its ``loss_gradients``) on one device: live sliders where a front end can draw
+    them, otherwise the same figure and numbers for ``replicas`` and ``global_batch``.
 
     ``interactive=None`` decides with :func:`frontend_renders_widgets`; ``True`` or ``False``
     forces one way. Returns the explorer when it is live, else None.
@@ -449,10 +619,10 @@ def explore_data_parallelism(
 
     live = frontend_renders_widgets() if interactive is None else interactive
     if live:
-        explorer = DataParallelExplorer(replicas, global_batch)
+        explorer = DataParallelExplorer(step, gradient, replicas, global_batch)
         display(explorer.widget)
         return explorer
-    summary = split_summary(replicas, global_batch)
+    summary = split_summary(step, gradient, replicas, global_batch)
     show_figure(batch_split_figure(summary), dpi=80)
     print(summary.text())
     print(

@@ -1,4 +1,7 @@
-"""Notebook 07: what Kubernetes, Vertex AI and Slurm need to run its worker program on a real cluster.
+"""``python -m course_tools.deploy [--workers N] [--ps N] [--chief] [--evaluator] --out DIR``.
+
+Writes what Kubernetes, Vertex AI and Slurm need to run notebook 07's worker program on a real
+cluster, and checks every task's ``TF_CONFIG`` before anything is deployed.
 
 The local launcher (:mod:`course_utils.cluster`) describes a cluster as a dict of jobs and
 addresses, ``{"worker": ["localhost:PORT", ...]}``, and gives each task the ``TF_CONFIG`` that
@@ -16,23 +19,23 @@ For each engine this module writes what it needs (:func:`kubernetes_manifests`,
 Each embeds a few lines of Python, run in front of the program (``python -c DERIVE program ...``),
 that turn the engine's variables into the ``TF_CONFIG`` the launcher would have written for that
 task, then replace themselves with the program (``os.execvp``): the program itself never changes.
-``tests/test_deploy.py`` runs that embedded code with each engine's variables, simulated, for every
-task, and compares with what the local launcher gave the same task.
+Notebook 07's section 12 writes the Kubernetes lines in a cell; the command writes all three files
+and runs each file's embedded code with the engine's variables simulated, for every task, against
+the launcher's ``TF_CONFIG`` (``tests/test_deploy.py`` does the same for several cluster shapes).
 
-Usage::
+Python API::
 
-    from course_utils.lessons import deploy
+    from course_tools import deploy
     from course_utils.cluster import cluster_spec
     local = cluster_spec(workers=2)                      # what LocalCluster uses
     print(deploy.kubernetes_yaml(local))                 # Service + Indexed Job
-    print(deploy.to_text(deploy.vertex_config(local)))  # gcloud ai custom-jobs create --config
-    print(deploy.slurm_script(local))
     for job in deploy.deployments(local):                # all three, each task's TF_CONFIG checked
         assert job.derived == job.expected
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -43,8 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from ..cluster import TASK_TYPES, make_tf_config, tasks_of
-from ..errors import ConfigError
+from course_utils.cluster import TASK_TYPES, cluster_spec, make_tf_config, tasks_of
+from course_utils.errors import ConfigError
 
 #: The command every task runs: notebook 07's worker program and a folder all tasks can reach.
 PROGRAM = ("python", "train.py", "/shared/run")
@@ -541,3 +544,41 @@ def deployments(cluster: Mapping[str, Sequence[str]]) -> list[Deployment]:
         )
         for engine, (file, reads) in ENGINE_FILES.items()
     ]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Write the three engines' files for a cluster shape into ``--out``; exit 1 when a task's
+    derived ``TF_CONFIG`` differs from the launcher's."""
+    parser = argparse.ArgumentParser(
+        prog="python -m course_tools.deploy",
+        description="Write Kubernetes, Vertex AI and Slurm files for notebook 07's worker program, checked.",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
+    parser.add_argument("--ps", type=int, default=0, help="parameter-server tasks (default 0)")
+    parser.add_argument("--chief", action="store_true", help="add a chief task")
+    parser.add_argument("--evaluator", action="store_true", help="add an evaluator task")
+    parser.add_argument("--out", type=Path, required=True, help="folder to write the files into")
+    args = parser.parse_args(argv)
+    try:
+        local = cluster_spec(
+            workers=args.workers, ps=args.ps, chief=int(args.chief), evaluator=int(args.evaluator)
+        )
+        jobs = deployments(local)
+    except ConfigError as error:
+        print(f"deploy: {error}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    ok = True
+    for job in jobs:
+        (args.out / job.file).write_text(job.text)
+        same = job.derived == job.expected
+        ok = ok and same
+        print(
+            f"{job.engine:<10} {args.out / job.file}: each task reads {job.reads}; "
+            f"every task's TF_CONFIG is the launcher's: {same}"
+        )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
