@@ -6,12 +6,14 @@ cluster, and checks every task's ``TF_CONFIG`` before anything is deployed.
 The local launcher (:mod:`course_utils.cluster`) describes a cluster as a dict of jobs and
 addresses, ``{"worker": ["localhost:PORT", ...]}``, and gives each task the ``TF_CONFIG`` that
 :func:`course_utils.cluster.make_tf_config` writes. On a real cluster an engine starts the
-processes and tells each one only *which* of them it is, in its own way:
+processes and tells each one *which* of them it is, in its own way:
 
 * **Kubernetes**, an Indexed Job: ``JOB_COMPLETION_INDEX`` (0, 1, ...) in every pod; a headless
   Service gives the pods stable names (``trainer-0.trainer``, ``trainer-1.trainer``);
 * **Vertex AI**, a custom job: ``CLUSTER_SPEC``, a JSON string naming its worker pools
-  (``workerpool0``, ``workerpool1``, ...) and this replica's pool and index;
+  (``workerpool0``, ``workerpool1``, ...) and this replica's pool and index. Vertex also sets a
+  ``TF_CONFIG`` of its own, whose first pool is a ``chief`` task; the embedded lines replace it
+  with the launcher's, where the primary replica is worker 0 unless the cluster has a chief;
 * **Slurm**, ``srun``: ``SLURM_PROCID`` (the task's rank) and the job's node list.
 
 For each engine this module writes what it needs (:func:`kubernetes_manifests`,
@@ -19,9 +21,10 @@ For each engine this module writes what it needs (:func:`kubernetes_manifests`,
 Each embeds a few lines of Python, run in front of the program (``python -c DERIVE program ...``),
 that turn the engine's variables into the ``TF_CONFIG`` the launcher would have written for that
 task, then replace themselves with the program (``os.execvp``): the program itself never changes.
-Notebook 07's section 12 writes the Kubernetes lines in a cell; the command writes all three files
-and runs each file's embedded code with the engine's variables simulated, for every task, against
-the launcher's ``TF_CONFIG`` (``tests/test_deploy.py`` does the same for several cluster shapes).
+Notebook 07's section 12 writes the Kubernetes lines in a cell. The command runs each file's
+embedded code with the engine's variables simulated, for every task, against the launcher's
+``TF_CONFIG``, then writes the three files (``tests/test_deploy.py`` does the same for several
+cluster shapes).
 
 Python API::
 
@@ -63,10 +66,11 @@ PORT = 2222
 KUBERNETES_DERIVE = """\
 import json, os, sys
 cluster = json.loads(os.environ["CLUSTER"])   # the same in every pod
-tasks = [(job, i) for job in ("chief", "worker", "ps", "evaluator") for i in range(len(cluster.get(job, [])))]
+jobs = ("chief", "worker", "ps", "evaluator")  # numbered in this order, as the launcher does
+tasks = [(job, i) for job in jobs for i in range(len(cluster.get(job, [])))]
 job, index = tasks[int(os.environ["JOB_COMPLETION_INDEX"])]
 os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": job, "index": index}})
-os.execvp(sys.argv[1], sys.argv[1:])
+os.execvp(sys.argv[1], sys.argv[1:])   # become the program: same process, TF_CONFIG set
 """
 
 VERTEX_DERIVE = """\
@@ -546,15 +550,23 @@ def deployments(cluster: Mapping[str, Sequence[str]]) -> list[Deployment]:
     ]
 
 
+def _count(text: str) -> int:
+    """A number of tasks on the command line: a whole number >= 0."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tasks >= 0")
+    return int(text)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Write the three engines' files for a cluster shape into ``--out``; exit 1 when a task's
-    derived ``TF_CONFIG`` differs from the launcher's."""
+    derived ``TF_CONFIG`` differs from the launcher's (the files are still written, to be read),
+    2 on counts that one of the engines cannot lay out (nothing written)."""
     parser = argparse.ArgumentParser(
         prog="python -m course_tools.deploy",
         description="Write Kubernetes, Vertex AI and Slurm files for notebook 07's worker program, checked.",
     )
-    parser.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
-    parser.add_argument("--ps", type=int, default=0, help="parameter-server tasks (default 0)")
+    parser.add_argument("--workers", type=_count, default=2, help="worker tasks (default 2)")
+    parser.add_argument("--ps", type=_count, default=0, help="parameter-server tasks (default 0)")
     parser.add_argument("--chief", action="store_true", help="add a chief task")
     parser.add_argument("--evaluator", action="store_true", help="add an evaluator task")
     parser.add_argument("--out", type=Path, required=True, help="folder to write the files into")

@@ -6,6 +6,7 @@ next to one device."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from checking import fails_with as _fails
 
 from course_utils.exercises import data_parallelism as ex
@@ -41,53 +42,88 @@ def test_checks_of_an_unfinished_exercise_say_so() -> None:
 # --------------------------------------------------------------------------- data_parallel_gradient
 
 
-def _local_means(params, x, y, replicas):
-    """Each replica's mean gradient of its own shard, as tf.reduce_mean gives (and the exercise starts from)."""
-    return [
-        ex.mean_loss_gradient(params, xs, ys)
-        for xs, ys in zip(np.array_split(x, replicas), np.array_split(y, replicas))
-    ]
+def _combine(weights):
+    """An answer that adds the local means, each times ``weights(sizes)[r]``."""
+
+    def answer(local_means, shard_sizes):
+        w = weights(shard_sizes)
+        return {k: sum(wr * g[k] for wr, g in zip(w, local_means)) for k in local_means[0]}
+
+    return answer
 
 
-def test_data_parallel_gradient_local_mean_then_sum_is_n_times() -> None:
-    def local_mean_sum(params, x, y, replicas):
-        grads = _local_means(params, x, y, replicas)
-        return {k: sum(g[k] for g in grads) for k in grads[0]}
+def test_data_parallel_gradient_right_answers_written_other_ways(capsys) -> None:
+    def weighted_mean(local_means, shard_sizes):  # sum(n_r g_r) / sum(n_r)
+        return {
+            k: sum(n * g[k] for n, g in zip(shard_sizes, local_means)) / sum(shard_sizes)
+            for k in ("kernel", "bias")
+        }
 
+    def in_place(local_means, shard_sizes):  # scales the arrays it was given
+        for n, g in zip(shard_sizes, local_means):
+            for k in g:
+                g[k] *= n / sum(shard_sizes)
+        return {k: sum(g[k] for g in local_means) for k in local_means[0]}
+
+    for answer in (weighted_mean, in_place):
+        ex.check_data_parallel_gradient(answer)
+    assert capsys.readouterr().out.count("[pass] data_parallel_gradient") == 2
+
+
+@pytest.mark.parametrize(
+    "weights, needles",
+    [
+        (lambda n: [1] * len(n), ["On shards 12 + 12", "weight 1 each", "N times", "2.00x"]),
+        (lambda n: [1 / len(n)] * len(n), ["On shards 4 + 3 + 3", "every replica alike", "ITS shard size"]),
+        (lambda n: [1 / len(n) ** 2] * len(n), ["number of replicas twice", "0.50x"]),
+        (lambda n: [k / sum(n) / len(n) for k in n], ["after weighting", "never averages"]),
+        (lambda n: [1 / sum(n)] * len(n), ["divided each local mean by the global batch", "0.08x"]),
+        (lambda n: list(n), ["never divided by the global batch", "24.00x"]),
+        (lambda n: [k / (n[0] * len(n)) for k in n], ["On shards 4 + 3 + 3", "first shard's size x N"]),
+        (lambda n: [k / (max(n) * len(n)) for k in n], ["first shard's size x N", "SUM of the shard sizes"]),
+        (lambda n: [k / len(n) for k in n], ["number of replicas where the global batch"]),
+        (lambda n: [k / 64 for k in n], ["the notebook's GLOBAL_BATCH (64)"]),
+    ],
+    ids=[
+        "sum of local means",
+        "mean of local means",
+        "divided by N twice",
+        "weighted then averaged",
+        "each mean over the global batch",
+        "shard sizes without the global batch",
+        "global batch from the first shard",
+        "global batch from the largest shard",
+        "N for the global batch",
+        "the notebook's GLOBAL_BATCH",
+    ],
+)
+def test_data_parallel_gradient_names_each_mistake(weights, needles) -> None:
+    _fails(ex.check_data_parallel_gradient, _combine(weights), "Exercise data_parallel_gradient", *needles)
+
+
+def test_data_parallel_gradient_other_wrong_weights_get_the_rule() -> None:
     message = _fails(
-        ex.check_data_parallel_gradient, local_mean_sum, "On 2 replica(s)", "GLOBAL batch size (24)", "2.00x"
-    )
-    assert "uneven" not in message
-
-
-def test_data_parallel_gradient_mean_of_local_means_fails_on_uneven_shards() -> None:
-    def mean_of_means(params, x, y, replicas):
-        grads = _local_means(params, x, y, replicas)
-        return {k: sum(g[k] for g in grads) / replicas for k in grads[0]}
-
-    _fails(
         ex.check_data_parallel_gradient,
-        mean_of_means,
-        "global batch of 10 (uneven shards)",
-        "only right when",
-        "shard size / 10",
+        _combine(lambda n: [k / sum(n) for k in reversed(n)]),  # each replica given another's share
+        "On shards 4 + 3 + 3",
+        "weight each replica's mean by its shard size / the global batch",
     )
-
-
-def test_data_parallel_gradient_weights_by_the_replicas_not_the_shards() -> None:
-    def per_replica_weight(params, x, y, replicas):  # each mean weighted 1/N, the shard sizes ignored
-        grads = _local_means(params, x, y, replicas)
-        return {k: sum(g[k] / replicas for g in grads) for k in grads[0]}
-
-    _fails(ex.check_data_parallel_gradient, per_replica_weight, "(uneven shards)", "only right when")
+    assert "alike" not in message
 
 
 def test_data_parallel_gradient_wrong_return_type() -> None:
-    def as_list(params, x, y, replicas):
-        g = ex.mean_loss_gradient(params, x, y)
-        return [g["kernel"], g["bias"]]
+    def as_list(local_means, shard_sizes):
+        return [sum(g[k] for g in local_means) for k in ("kernel", "bias")]
 
     _fails(ex.check_data_parallel_gradient, as_list, "Return a dict", "got list")
+
+    def flat(local_means, shard_sizes):
+        return {
+            k: np.ravel(sum(n / sum(shard_sizes) * g[k] for n, g in zip(shard_sizes, local_means)))
+            for k in ("kernel", "bias")
+        }
+
+    _fails(ex.check_data_parallel_gradient, flat, "'kernel' gradient must have the shape", "(4, 3)")
 
 
 def test_the_reference_gradient_is_the_mean_loss_gradient() -> None:
@@ -145,7 +181,7 @@ def test_epoch_traffic_steps_of_the_per_replica_batch() -> None:
         ex.check_epoch_traffic,
         per_replica_steps,
         "replicas=2",
-        "on EACH of the 2 replicas",
+        "on EACH of 2 replicas",
         "16 steps, not 32",
     )
 
@@ -173,3 +209,44 @@ def test_epoch_traffic_one_device_sends_nothing() -> None:
         return -(-examples // (batch * n)) * 2 * max(n - 1, 1) / n * m * b
 
     _fails(ex.check_epoch_traffic, no_special_case, "should be 0")
+
+
+def _ring(m, n, w):
+    return 2 * (n - 1) / n * m * w
+
+
+def _epoch_steps(e, b, n):
+    return -(-e // (b * n))
+
+
+@pytest.mark.parametrize(
+    "answer, needles",
+    [
+        (lambda m, e, b, n, w=4: e / (b * n) * _ring(m, n, w), ["steps are whole", "16 steps, not 15.62"]),
+        (lambda m, e, b, n, w=4: round(e / (b * n)) * _ring(m, n, w), ["round the steps UP", "118 steps"]),
+        (
+            lambda m, e, b, n, w=4: _epoch_steps(e, b, n) * (n - 1) / n * m * w,
+            ["reduce-scatter alone", "0.50x"],
+        ),
+        (lambda m, e, b, n, w=4: _epoch_steps(e, b, n) * 2 * (n - 1) * m * w, ["ONE chunk, 1/N", "2.00x"]),
+        (lambda m, e, b, n, w=4: _epoch_steps(e, b, n) * n * m * w, ["one parameter server's traffic"]),
+        (lambda m, e, b, n, w=4: _epoch_steps(e, b, n) * 2 * m * w, ["the ring's bound, not its traffic"]),
+        (
+            lambda m, e, b, n, w=4: _epoch_steps(e, b, n) * _ring(m, n, 4),
+            ["ignored bytes_per_param (2 here)"],
+        ),
+        (lambda m, e, b, n, w=4: _epoch_steps(e, b, n) * _ring(m, n, 1), ["numbers, not bytes", "0.25x"]),
+    ],
+    ids=[
+        "fractional steps",
+        "rounded steps",
+        "reduce-scatter only",
+        "whole gradients as chunks",
+        "a parameter server's traffic",
+        "twice the model",
+        "bytes_per_param ignored",
+        "numbers, not bytes",
+    ],
+)
+def test_epoch_traffic_names_each_mistake(answer, needles) -> None:
+    _fails(ex.check_epoch_traffic, answer, "Exercise epoch_traffic", *needles)

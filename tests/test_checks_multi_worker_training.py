@@ -205,6 +205,65 @@ def test_restart_step_mistakes(tmp_path, prediction, hint) -> None:
     assert hint in str(caught.value)
 
 
+# --------------------------------------------------------------------------- pod_task
+
+
+def derive_file(folder: Path, edit: tuple[str, str] = ("", "")) -> Path:
+    """Section 12's start-up lines as the master writes them (``edit`` replaces a text in them)."""
+    import nbformat
+
+    nb = nbformat.read(ROOT / "solutions" / "07_multi_worker_training.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.source.startswith("%%writefile {DERIVE}"))
+    path = folder / "derive_tf_config.py"
+    path.write_text(cell.source.split("\n", 1)[1].replace(*edit))
+    return path
+
+
+def test_pod_task(tmp_path, capsys) -> None:
+    ex.check_pod_task(("worker", 1), derive_file(tmp_path), pod=2)
+    out = capsys.readouterr().out
+    assert "[pass] pod_task" in out and "chief 0, worker 0, worker 1, ps 0" in out
+    assert "at trainer-2.trainer:2222, its own name" in out
+    ex.check_pod_task(["ps", 0], derive_file(tmp_path), pod=3)  # a list is a pair too
+    ex.check_pod_task(("worker", 0), derive_file(tmp_path), pod=0, chief=0, workers=2, ps=0)
+
+
+@pytest.mark.parametrize(
+    "prediction, hint",
+    [
+        (("worker", 2), "the pod's number: a task's index counts the tasks of its own job only"),
+        (("ps", 0), "as if there were no chief"),
+        (("worker", 0), "pod trainer-2 is number 2 in that list"),
+        (("chief", 0), "pod trainer-2 is number 2 in that list"),
+        (("evaluator", 0), "There is no 'evaluator' job here"),
+        ("worker 1", "a pair (task type, index)"),
+        (("worker", 1.0), "a pair (task type, index)"),
+        (("worker", True), "a pair (task type, index)"),
+        (None, "Set PREDICTION"),
+    ],
+)
+def test_pod_task_mistakes(tmp_path, prediction, hint) -> None:
+    with pytest.raises(ExerciseError, match="pod_task") as caught:
+        ex.check_pod_task(prediction, derive_file(tmp_path), pod=2)
+    assert hint in str(caught.value)
+
+
+def test_pod_task_judges_the_lines_not_only_the_prediction(tmp_path) -> None:
+    """Lines edited to number the ps before the workers make pod trainer-2 worker 0 and pod
+    trainer-1 the ps, while CLUSTER lists them as worker 1 and worker 0: whatever the prediction,
+    the check names the lines (every pod is run), not the answer."""
+    edited = derive_file(
+        tmp_path, ('("chief", "worker", "ps", "evaluator")', '("chief", "ps", "worker", "evaluator")')
+    )
+    with pytest.raises(ExerciseError, match="no longer give pod trainer-1 the launcher's"):
+        ex.check_pod_task(("worker", 0), edited, pod=2)
+    with pytest.raises(ExerciseError, match="run the %%writefile cell"):
+        ex.check_pod_task(("worker", 1), tmp_path / "missing.py", pod=2)
+    broken = derive_file(tmp_path, ('os.environ["CLUSTER"]', 'os.environ["CLUSTERS"]'))
+    with pytest.raises(ExerciseError, match="failed for pod trainer-0"):
+        ex.check_pod_task(("worker", 1), broken, pod=2)
+
+
 # --------------------------------------------------------------------------- resume_point
 
 

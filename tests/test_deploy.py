@@ -141,8 +141,11 @@ def test_the_command_writes_the_three_files_and_checks_them(tmp_path: Path, caps
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trainer.sbatch", "trainer.yaml", "vertex_job.yaml"]
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == 3 and all(line.endswith("the launcher's: True") for line in printed)
-    assert deploy.main(["--workers", "0", "--out", str(tmp_path)]) == 2  # no task: one line, no traceback
-    assert "deploy: " in capsys.readouterr().err
+    assert deploy.main(["--workers", "0", "--out", str(tmp_path / "none")]) == 2  # one line, no traceback
+    assert "deploy: " in capsys.readouterr().err and not (tmp_path / "none").exists()
+    with pytest.raises(SystemExit) as usage:  # a count that is not a whole number >= 0
+        deploy.main(["--workers", "-1", "--out", str(tmp_path / "none")])
+    assert usage.value.code == 2 and "'-1' is not a whole number of tasks" in capsys.readouterr().err
 
 
 def test_the_notebooks_kubernetes_lines_are_the_manifests(tmp_path: Path) -> None:

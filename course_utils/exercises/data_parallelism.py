@@ -20,46 +20,99 @@ def mean_loss_gradient(params: dict, x: np.ndarray, y: np.ndarray) -> dict:
     return {"kernel": x.T @ dlogits / len(x), "bias": dlogits.mean(axis=0)}
 
 
-def check_data_parallel_gradient(
-    data_parallel_gradient: Callable[[dict, np.ndarray, np.ndarray, int], dict],
-) -> None:
-    """Combined from the local means of N replicas, the gradient must equal one device's on the batch."""
+#: (replicas, global batch) of ``data_parallel_gradient``'s cases: even shards, one replica, and
+#: uneven shards such as an epoch's last batch (``np.array_split`` sizes, as ``tf.distribute`` splits).
+GRADIENT_CASES = [(2, 24), (1, 24), (4, 24), (3, 10), (5, 23), (2, 7)]
+
+#: The notebook's ``GLOBAL_BATCH``: a constant some answers divide by instead of these shards' total.
+NOTEBOOK_GLOBAL_BATCH = 64
+
+#: Wrong ways to combine the replicas' local means (one array each) and shard sizes that real code
+#: contains, and the hint that names each (B: the global batch).
+COMBINE_MISTAKES: dict[str, Callable[[list, list], Any]] = {
+    "added": lambda g, n: sum(g),
+    "alike": lambda g, n: sum(g) / len(g),
+    "twice": lambda g, n: sum(g) / len(g) ** 2,
+    "averaged": lambda g, n: sum(k / sum(n) * m for k, m in zip(n, g)) / len(g),
+    "over B": lambda g, n: sum(g) / sum(n),
+    "sizes only": lambda g, n: sum(k * m for k, m in zip(n, g)),
+    "first x N": lambda g, n: sum(k / (n[0] * len(n)) * m for k, m in zip(n, g)),
+    "over N": lambda g, n: sum(k / len(n) * m for k, m in zip(n, g)),
+    "notebook B": lambda g, n: sum(k / NOTEBOOK_GLOBAL_BATCH * m for k, m in zip(n, g)),
+}
+COMBINE_HINTS = {
+    "added": "you added the local means, weight 1 each: each divides by its own shard, so N times too big",
+    "alike": "you weighted every replica alike (a mean of means): weight each by ITS shard size / B",
+    "twice": "you divided by the number of replicas twice: size / global batch weights already sum to one",
+    "averaged": "you divided by N after weighting by size / B: an all-reduce sums, it never averages",
+    "over B": "you divided each local mean by the global batch: multiply it by its shard size first",
+    "sizes only": "you multiplied by the shard sizes but never divided by the global batch B (their sum)",
+    "first x N": "you took the global batch as the first shard's size x N: it is the SUM of the shard sizes",
+    "over N": "you divided by the number of replicas where the global batch (the sum of the sizes) belongs",
+    "notebook B": f"you divided by the notebook's GLOBAL_BATCH ({NOTEBOOK_GLOBAL_BATCH}): B is the sizes' sum",
+}
+
+
+def _local_means(params: dict, x: np.ndarray, y: np.ndarray, replicas: int) -> tuple[list[dict], list[int]]:
+    """Each replica's mean gradient of its own shard (``tf.reduce_mean``'s), and the shard sizes."""
+    shards = list(zip(np.array_split(x, replicas), np.array_split(y, replicas)))
+    return [mean_loss_gradient(params, xs, ys) for xs, ys in shards], [len(xs) for xs, _ in shards]
+
+
+def _flat(grads: dict) -> np.ndarray:
+    return np.concatenate([np.ravel(np.asarray(grads[k], dtype=np.float64)) for k in ("kernel", "bias")])
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-6, atol=1e-9))
+
+
+def check_data_parallel_gradient(data_parallel_gradient: Callable[[list, list], dict]) -> None:
+    """``data_parallel_gradient(local_means, shard_sizes)``: the replicas' mean gradients of their own
+    shards, combined, must equal one device's gradient of the whole batch."""
     rng = np.random.default_rng(7)
     params = {"kernel": 0.3 * rng.normal(size=(4, 3)), "bias": 0.1 * rng.normal(size=3)}
     x_all, y_all = rng.normal(size=(24, 4)), rng.integers(0, 3, size=24)
     with exercise("data_parallel_gradient"):
-        for replicas, batch in [(2, 24), (1, 24), (4, 24), (3, 10), (5, 23)]:
+        runs = []  # (shard sizes, local means flattened, one device's gradient, the answer)
+        for replicas, batch in GRADIENT_CASES:
             x, y = x_all[:batch], y_all[:batch]
-            reference = mean_loss_gradient(params, x, y)
-            got = data_parallel_gradient(params, x, y, replicas)
+            means, sizes = _local_means(params, x, y, replicas)
+            got = data_parallel_gradient([{k: v.copy() for k, v in m.items()} for m in means], list(sizes))
             expect(
                 isinstance(got, dict) and set(got) == {"kernel", "bias"},
-                "Return a dict with the same keys as loss_gradients gives: 'kernel' and 'bias' "
-                f"(got {type(got).__name__}{' with keys ' + str(sorted(got)) if isinstance(got, dict) else ''}).",
+                "Return a dict with the keys of a local mean, 'kernel' and 'bias' (got "
+                f"{type(got).__name__}{' with keys ' + str(sorted(got)) if isinstance(got, dict) else ''}).",
             )
-            uneven = batch % replicas != 0
             for name in ("kernel", "bias"):
-                expect_close(
-                    got[name],
-                    reference[name],
-                    f"On {replicas} replica(s) with a global batch of {batch}"
-                    f"{' (uneven shards)' if uneven else ''}, the '{name}' gradient differs from the "
-                    "single-device gradient of the whole batch. A replica's mean divides its sum of "
-                    "per-example losses by its own shard size; one device divides the whole sum by the "
-                    f"GLOBAL batch size ({batch}): weight each replica's mean by its shard size / {batch}, "
-                    "then SUM the replicas' gradients"
-                    + (
-                        " (averaging the replicas' local means is only right when every shard has "
-                        "the same size)"
-                        if uneven
-                        else ""
-                    ),
-                    rtol=0,
-                    atol=1e-6,
+                shape = np.shape(got[name])
+                expect(
+                    shape == means[0][name].shape,
+                    f"The '{name}' gradient must have the shape of a local mean's, "
+                    f"{means[0][name].shape} (got {shape}).",
                 )
+            single = _flat(mean_loss_gradient(params, x, y))
+            runs.append((sizes, [_flat(m) for m in means], single, _flat(got)))
+        wrong = [run for run in runs if not _close(run[3], run[2])]
+        if wrong:
+            sizes, _, single, answer = wrong[0]
+            where = f"On shards {' + '.join(map(str, sizes))}"
+            ratio = float(np.vdot(answer, single) / np.vdot(single, single))
+            for name, mistake in COMBINE_MISTAKES.items():
+                if all(_close(answer_r, mistake(means_r, sizes_r)) for sizes_r, means_r, _, answer_r in runs):
+                    expect(False, f"{where}: {COMBINE_HINTS[name]} (yours is {ratio:.2f}x one device's).")
+            expect_close(
+                answer,
+                single,
+                f"{where}: this is not one device's gradient of the whole batch; weight each replica's "
+                "mean by its shard size / the global batch (the sum of the shard sizes), then add them",
+                rtol=1e-6,
+                atol=1e-9,
+            )
+    uneven = [" + ".join(map(str, run[0])) for run in runs if len(set(run[0])) > 1]
     passed(
         "data_parallel_gradient",
-        "equals the single-device gradient on 1 to 5 replicas, even and uneven shards.",
+        f"one device's gradient on 1 to 5 replicas, uneven shards ({', '.join(uneven)}) included.",
     )
 
 
@@ -133,59 +186,103 @@ def _ring_bytes(num_params: int, replicas: int, width: int) -> float:
     return 2 * (replicas - 1) / replicas * num_params * width
 
 
+def _steps(examples: int, per_replica_batch: int, replicas: int) -> int:
+    """Steps of one epoch: global batches, the last, shorter one included."""
+    return -(-examples // (per_replica_batch * replicas))
+
+
+#: ``epoch_traffic``'s cases: (parameters, examples, per-replica batch, replicas, bytes per parameter).
+TRAFFIC_CASES = [
+    (1_000, EPOCH_EXAMPLES, PER_REPLICA_BATCH, 2, 4),
+    (1_000, EPOCH_EXAMPLES, 2 * PER_REPLICA_BATCH, 2, 4),
+    (1_000, EPOCH_EXAMPLES, PER_REPLICA_BATCH, 1, 4),
+    (121_930, 60_000, 64, 8, 4),
+    (25_636_712, 1_281_167, 32, 64, 2),
+]
+
+#: Wrong answers to ``epoch_traffic`` that real code contains, and the hint that names each (formatted
+#: with the first case it gets wrong).
+TRAFFIC_MISTAKES: dict[str, Callable[[int, int, int, int, int], float]] = {
+    "one step": lambda m, e, b, n, w: _ring_bytes(m, n, w),
+    "per replica": lambda m, e, b, n, w: -(-e // b) * _ring_bytes(m, n, w),
+    "floor": lambda m, e, b, n, w: e // (b * n) * _ring_bytes(m, n, w),
+    "fraction": lambda m, e, b, n, w: e / (b * n) * _ring_bytes(m, n, w),
+    "round": lambda m, e, b, n, w: round(e / (b * n)) * _ring_bytes(m, n, w),
+    "reduce-scatter": lambda m, e, b, n, w: _steps(e, b, n) * _ring_bytes(m, n, w) / 2,
+    "whole chunks": lambda m, e, b, n, w: _steps(e, b, n) * _ring_bytes(m, n, w) * n,
+    "server": lambda m, e, b, n, w: _steps(e, b, n) * n * m * w,
+    "bound": lambda m, e, b, n, w: _steps(e, b, n) * 2 * m * w,
+    "4 bytes": lambda m, e, b, n, w: _steps(e, b, n) * _ring_bytes(m, n, 4),
+    "numbers": lambda m, e, b, n, w: _steps(e, b, n) * _ring_bytes(m, n, 1),
+    "batch": lambda m, e, b, n, w: _steps(e, b, n) * _ring_bytes(m, n, w) * b,
+    "one device": lambda m, e, b, n, w: _steps(e, b, n) * 2 * max(n - 1, 1) / n * m * w,
+}
+TRAFFIC_HINTS = {
+    "one step": "that is ONE step's traffic; an epoch makes {steps} steps, each all-reducing the gradient",
+    "per replica": "a step takes {batch} examples on EACH of {n} replicas: {steps} steps, not {by_replica}",
+    "floor": "the last, shorter batch is a step too, with a full-size gradient: {steps} steps, not {full}",
+    "fraction": "steps are whole: the last, short batch is one more ({steps} steps, not {fraction:.2f})",
+    "round": "round the steps UP: the last, shorter batch is a step too ({steps} steps)",
+    "reduce-scatter": "that is the reduce-scatter alone: the all-gather sends as much again",
+    "whole chunks": "each of a device's 2 (N-1) sends is ONE chunk, 1/N of the gradient (not all N devices')",
+    "server": "that is one parameter server's traffic (N models a step), not a ring device's 2 (N-1)/N",
+    "bound": "2 x the gradient is the ring's bound, not its traffic: 2 (N-1)/N x the gradient a step",
+    "4 bytes": "you ignored bytes_per_param ({width} here): a gradient is num_params x that many bytes",
+    "numbers": "that counts numbers, not bytes: multiply by bytes_per_param ({width} here)",
+    "batch": "a gradient is as big as the model whatever the batch size: do not multiply by the batch",
+    "one device": "on 1 replica the traffic should be 0: one device has nobody to send to",
+}
+
+
+def _is_number(value: Any) -> bool:
+    try:
+        return bool(np.ndim(value) == 0 and np.isfinite(float(value)))
+    except (TypeError, ValueError):
+        return False
+
+
 def check_epoch_traffic(epoch_traffic: Callable[..., float]) -> None:
     """``epoch_traffic(num_params, examples, per_replica_batch, replicas, bytes_per_param=4)``."""
-    cases = [  # (parameters, examples, per-replica batch, replicas, bytes per parameter)
-        (1_000, EPOCH_EXAMPLES, PER_REPLICA_BATCH, 2, 4),
-        (1_000, EPOCH_EXAMPLES, 2 * PER_REPLICA_BATCH, 2, 4),
-        (1_000, EPOCH_EXAMPLES, PER_REPLICA_BATCH, 1, 4),
-        (121_930, 60_000, 64, 8, 4),
-        (25_636_712, 1_281_167, 32, 64, 2),
-    ]
     with exercise("epoch_traffic"):
         steps_two = len(epoch_batches(_two_replicas(), EPOCH_EXAMPLES, PER_REPLICA_BATCH))
-        for params, examples, batch, n, width in cases:
+        runs = []  # (case, steps, the right bytes, the answer)
+        for params, examples, batch, n, width in TRAFFIC_CASES:
             got = epoch_traffic(params, examples, batch, n, width)
             expect(
-                got is not None and np.isfinite(float(got)),
+                _is_number(got),
                 f"epoch_traffic({params}, {examples}, {batch}, {n}, {width}) returned {got!r}; return "
                 "a number of bytes.",
             )
-            got = float(got)
-            if n == 2 and examples == EPOCH_EXAMPLES and batch == PER_REPLICA_BATCH:
+            if (n, examples, batch) == (2, EPOCH_EXAMPLES, PER_REPLICA_BATCH):
                 steps = steps_two  # counted by running the epoch on 2 replicas
             else:
-                steps = -(-examples // (batch * n))
-            per_step = _ring_bytes(params, n, width)
-            want = steps * per_step
+                steps = _steps(examples, batch, n)
+            want = steps * _ring_bytes(params, n, width)
+            runs.append(((params, examples, batch, n, width), steps, want, float(got)))
+        wrong = [run for run in runs if not np.isclose(run[3], run[2], rtol=1e-9, atol=1e-6)]
+        if wrong:
+            (params, examples, batch, n, width), steps, want, got = wrong[0]
             case = (
                 f"epoch_traffic({params:,}, examples={examples:,}, per_replica_batch={batch}, replicas={n})"
             )
-            if n == 1:
-                expect(
-                    abs(got) < 1e-9, f"{case} should be 0: one device has nobody to send to (got {got:,.0f})."
-                )
-                continue
+            ratio = f"yours is {got / want:.2f}x" if want else f"yours is {got:,.0f}"
+            facts: dict[str, float] = dict(steps=steps, batch=batch, n=n, width=width)
+            facts.update(full=examples // (batch * n), by_replica=-(-examples // batch))
+            facts["fraction"] = examples / (batch * n)
+            for name, mistake in TRAFFIC_MISTAKES.items():
+                if all(np.isclose(run[3], mistake(*run[0]), rtol=1e-9, atol=1e-6) for run in runs):
+                    expect(
+                        False, f"{case}: {TRAFFIC_HINTS[name].format(**facts)} ({ratio}, {got:,.0f} bytes)."
+                    )
             expect(
-                not np.isclose(got, per_step),
-                f"{case}: {got:,.0f} bytes is ONE step's traffic; an epoch makes {steps} steps, and every "
-                "step all-reduces the whole gradient once.",
-            )
-            expect(
-                not np.isclose(got, -(-examples // batch) * per_step),
-                f"{case}: you counted steps of {batch} examples, but one step takes {batch} examples on "
-                f"EACH of the {n} replicas ({batch * n} in all): {steps} steps, not {-(-examples // batch)}.",
-            )
-            expect(
-                not np.isclose(got, (examples // (batch * n)) * per_step) or examples % (batch * n) == 0,
-                f"{case}: the last, shorter batch is a step too, with a full-size gradient to all-reduce: "
-                f"{steps} steps, not {examples // (batch * n)}.",
+                want != 0,
+                f"{case} should be 0: one device has nobody to send to (got {got:,.0f}).",
             )
             expect_close(
                 got,
                 want,
                 f"{case}: each device sends 2 (N-1)/N x the gradient's bytes per step "
-                f"({per_step:,.0f} here, whatever the batch size), times {steps} steps",
+                f"({_ring_bytes(params, n, width):,.0f} here, whatever the batch size), times {steps} steps",
                 rtol=1e-9,
                 atol=1e-6,
             )
@@ -198,10 +295,12 @@ def check_epoch_traffic(epoch_traffic: Callable[..., float]) -> None:
 def reference_solutions() -> dict[str, Any]:
     """Correct versions of the exercises (for tests and instructors)."""
 
-    def data_parallel_gradient(params, x, y, replicas):
-        shards = zip(np.array_split(x, replicas), np.array_split(y, replicas))
-        local_means = [(len(xs), mean_loss_gradient(params, xs, ys)) for xs, ys in shards]
-        return {k: sum(size / len(x) * g[k] for size, g in local_means) for k in ("kernel", "bias")}
+    def data_parallel_gradient(local_means, shard_sizes):
+        global_batch = sum(shard_sizes)
+        return {
+            k: sum(size / global_batch * g[k] for size, g in zip(shard_sizes, local_means))
+            for k in ("kernel", "bias")
+        }
 
     def epoch_traffic(num_params, examples, per_replica_batch, replicas, bytes_per_param=4):
         steps = -(-examples // (per_replica_batch * replicas))

@@ -4,12 +4,16 @@ The exercises are parts of the notebook's worker program (``train.py``, written 
 ``%%writefile`` cell): its input function, its training step and its resume point. The checks load
 that file as a module, without running its ``main``, and judge each function: the input and the
 step on 2 replicas against one device (:mod:`course_utils.compare`), the resume point on the
-restarted clusters of the notebook.
+restarted clusters of the notebook. Two are predictions: the first step after a restart, and the
+task a Kubernetes pod becomes (section 12's start-up lines, run for that pod).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +23,7 @@ import numpy as np
 
 from .. import compare
 from ..checks import exercise, expect, expect_close, passed
+from ..cluster import make_tf_config
 from ..runtime import import_tensorflow
 
 
@@ -265,6 +270,86 @@ def check_restart_step(prediction: Any, program: Any, killed_after: int) -> None
     passed(
         "restart_step",
         f"the last checkpoint before the kill holds {actual - 1} steps: the restart begins at step {actual}.",
+    )
+
+
+# --------------------------------------------------------------------------- pod_task
+
+
+def _pod_tf_config(derive: Any, cluster: dict, pod: int) -> dict:
+    """The ``TF_CONFIG`` that the start-up lines in the file ``derive`` hand the program in pod
+    ``trainer-POD`` of an Indexed Job (``CLUSTER`` and ``JOB_COMPLETION_INDEX`` set)."""
+    path = Path(derive)
+    expect(path.is_file(), f"There is no {path.name}: run the %%writefile cell of section 12 first.")
+    show = [sys.executable, "-c", "import os; print(os.environ['TF_CONFIG'])"]
+    env = {**os.environ, "CLUSTER": json.dumps(cluster), "JOB_COMPLETION_INDEX": str(pod)}
+    run = subprocess.run(
+        [sys.executable, str(path), *show], env=env, capture_output=True, text=True, timeout=60
+    )
+    expect(
+        run.returncode == 0,
+        f"The lines of {path.name} failed for pod trainer-{pod}: run the %%writefile cell as given "
+        f"({run.stderr.strip().splitlines()[-1:] or ['no message']}).",
+    )
+    return dict(json.loads(run.stdout))
+
+
+def check_pod_task(
+    prediction: Any, derive: Any, pod: int, chief: int = 1, workers: int = 2, ps: int = 1
+) -> None:
+    """Predict-then-run: the task that pod ``trainer-POD`` of an Indexed Job becomes, for a cluster
+    of ``chief``, ``workers`` and ``ps`` tasks, once notebook 07's start-up lines (the file
+    ``derive``) have run in it."""
+    with exercise("pod_task"):
+        expect(prediction is not None, "Set PREDICTION to a pair (task type, index), then run this check.")
+        expect(
+            isinstance(prediction, (tuple, list))
+            and len(prediction) == 2
+            and isinstance(prediction[0], str)
+            and isinstance(prediction[1], (int, np.integer))
+            and not isinstance(prediction[1], bool),
+            f'PREDICTION should be a pair (task type, index) such as ("chief", 0), got {prediction!r}.',
+        )
+        job, index = str(prediction[0]), int(prediction[1])
+        counts = {"chief": chief, "worker": workers, "ps": ps}
+        tasks = [(kind, i) for kind, n in counts.items() for i in range(n)]  # the launcher's order
+        cluster: dict[str, list[str]] = {}
+        for rank, (kind, _) in enumerate(tasks):  # pod trainer-RANK at the place of task RANK
+            cluster.setdefault(kind, []).append(f"trainer-{rank}.trainer:2222")
+        for rank, task in enumerate(tasks):  # the lines, run in every pod
+            got = _pod_tf_config(derive, cluster, rank)
+            expect(
+                got == make_tf_config(cluster, *task),
+                f"The lines of {Path(derive).name} no longer give pod trainer-{rank} the launcher's "
+                f"TF_CONFIG (they gave {got.get('task')}): run the %%writefile cell of section 12 as given.",
+            )
+        actual = tasks[pod]
+        wrong = (job, index) != actual
+        expect(
+            job in cluster or not wrong,
+            f"There is no {job!r} job here: the cluster's jobs are {', '.join(cluster)}.",
+        )
+        expect(
+            not (wrong and (job, index) == (actual[0], pod)),
+            f"You predicted {job} {index}, the pod's number: a task's index counts the tasks of its own "
+            "job only, from 0, and the pods before it hold other jobs' tasks.",
+        )
+        no_chief = [task for task in tasks if task[0] != "chief"]
+        expect(
+            not (wrong and chief and pod < len(no_chief) and (job, index) == no_chief[pod]),
+            f"You predicted {job} {index}, as if there were no chief: the lines number the chief first, "
+            "so pod trainer-0 is the chief.",
+        )
+        expect(
+            not wrong,
+            f"You predicted {job} {index}: the lines number the chief, then the workers, then the ps, "
+            f"each job from 0; pod trainer-{pod} is number {pod} in that list.",
+        )
+    names = ", ".join(f"{kind} {i}" for kind, i in tasks)
+    passed(
+        "pod_task",
+        f"run in pods trainer-0 to trainer-{len(tasks) - 1}, the lines made them {names}; pod trainer-{pod} "
+        f"is {actual[0]} {actual[1]}, which CLUSTER lists at {cluster[actual[0]][actual[1]]}, its own name.",
     )
 
 
