@@ -109,17 +109,17 @@ def test_a_deck_renders_in_a_real_browser_without_a_network(tmp_path: Path) -> N
     assert blocked == [], f"the deck asked the network for {blocked}"
 
 
-DEMO_OF = "01_data_parallelism"  # the cheapest path; docs/instructors.md times the others
-
-
-def test_the_demo_path_of_one_notebook_runs_alone_in_a_fresh_kernel() -> None:
-    path = ROOT / "solutions" / f"{DEMO_OF}.ipynb"
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem[:2]
+)
+def test_the_demo_path_runs_alone_in_a_fresh_kernel(path: Path) -> None:
+    """Every demo path runs with only its own cells: nothing it uses is defined in an untagged cell.
+    Its time is measured by `make demo NB=..` and written in docs/instructors.md, not asserted."""
     nb = nbformat.read(path, as_version=4)
     run = presenting.run_demo(path)
     print(run.report())
     assert run.error == "", run.report()
     assert [index for index, _, _ in run.cells] == presenting.demo_cells(nb)
-    assert run.seconds < 60, f"the demo path of {DEMO_OF} took {run.seconds:.0f} s, more than a minute"
 
 
 def test_the_instructors_guide_lists_each_demo_path_as_tagged() -> None:
