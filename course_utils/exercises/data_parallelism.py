@@ -7,6 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..checks import exercise, expect, expect_close, passed
+from ..compare import factor, flat
 from ..strategies import mirrored_cpus
 
 
@@ -60,7 +61,7 @@ def _local_means(params: dict, x: np.ndarray, y: np.ndarray, replicas: int) -> t
 
 
 def _flat(grads: dict) -> np.ndarray:
-    return np.concatenate([np.ravel(np.asarray(grads[k], dtype=np.float64)) for k in ("kernel", "bias")])
+    return flat([grads["kernel"], grads["bias"]])
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> bool:
@@ -97,7 +98,7 @@ def check_data_parallel_gradient(data_parallel_gradient: Callable[[list, list], 
         if wrong:
             sizes, _, single, answer = wrong[0]
             where = f"On shards {' + '.join(map(str, sizes))}"
-            ratio = float(np.vdot(answer, single) / np.vdot(single, single))
+            ratio = factor(answer, single)
             for name, mistake in COMBINE_MISTAKES.items():
                 if all(_close(answer_r, mistake(means_r, sizes_r)) for sizes_r, means_r, _, answer_r in runs):
                     expect(False, f"{where}: {COMBINE_HINTS[name]} (yours is {ratio:.2f}x one device's).")

@@ -27,6 +27,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..compare import factor, flat
+
 Params = dict[str, np.ndarray]
 #: The notebook's ``data_parallel_step(params, x, y, replicas, local_mean=False)``: it returns
 #: (each replica's gradient, the all-reduced gradients, each replica's new weights).
@@ -409,7 +411,7 @@ class SplitSummary:
 
     @property
     def local_mean_ratio(self) -> float:
-        return float(np.vdot(self.local_mean, self.single) / np.vdot(self.single, self.single))
+        return factor(self.local_mean, self.single)
 
     def text(self) -> str:
         sizes = ", ".join(str(s) for s in self.shard_sizes)
@@ -426,10 +428,6 @@ class SplitSummary:
 
 
 _PROBLEM: Optional[tuple[Params, np.ndarray, np.ndarray]] = None
-
-
-def _flat(grads: Mapping[str, np.ndarray]) -> np.ndarray:
-    return np.concatenate([np.ravel(v) for v in grads.values()])
 
 
 def split_summary(step: Step, gradient: Gradient, replicas: int, global_batch: int) -> SplitSummary:
@@ -449,9 +447,9 @@ def split_summary(step: Step, gradient: Gradient, replicas: int, global_batch: i
         replicas=int(replicas),
         global_batch=int(global_batch),
         shard_sizes=[len(s) for s in np.array_split(y, replicas)],
-        single=_flat(gradient(params, x, y, global_batch)),
-        data_parallel=_flat(right[0]),
-        local_mean=_flat(wrong[0]),
+        single=flat(list(gradient(params, x, y, global_batch).values())),
+        data_parallel=flat(list(right[0].values())),
+        local_mean=flat(list(wrong[0].values())),
     )
 
 
