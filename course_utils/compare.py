@@ -19,7 +19,7 @@ from .errors import ConfigError, ExerciseError, describe_raised
 from .runtime import import_tensorflow as _tf
 
 __all__ = ["Run", "SameUpdate", "checking_strategy", "run", "factor", "mismatch"]
-__all__ += ["same_update", "check_same_update", "sum_replicas", "flat"]
+__all__ += ["same_update", "check_same_update", "sum_replicas", "flat", "below", "percent"]
 
 #: One seed for every model the check builds, so the same step always gets the same hint.
 SEED = 0
@@ -64,6 +64,22 @@ def mismatch(actual: Any, expected: Any) -> float:
         return float("inf")
     d = float(np.linalg.norm(e))
     return float(np.linalg.norm(a - e) / d) if d > 0 else (0.0 if not a.any() else float("inf"))
+
+
+def below(tolerance: float) -> str:
+    """How a pass line states a difference that a check found within ``tolerance``: ``"below 1e-4"``.
+
+    Such a difference is float noise, and its digits differ between CPUs (vector units, oneDNN's
+    kernels, thread counts): printed as a number, it would make a stored output hold on one machine.
+    """
+    mantissa, exponent = f"{tolerance:.0e}".split("e")
+    return f"below {mantissa}e{int(exponent)}"
+
+
+def percent(relative: float, floor: float = 0.01) -> str:
+    """A relative difference in per cent as the lessons print it: ``"36.1%"``, or ``"under 1%"``
+    below ``floor``, where float noise and 16-bit rounding live and their digits differ between CPUs."""
+    return f"under {100 * floor:g}%" if relative < floor else f"{100 * relative:.1f}%"
 
 
 def sum_replicas(strategy: Any, per_replica: Any) -> Any:

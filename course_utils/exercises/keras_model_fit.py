@@ -29,6 +29,9 @@ from ..checks import exercise, expect, expect_close, passed
 SCRIPT_LEARNING_RATE = 0.05
 CHECK_EXAMPLES = 128
 CHECK_PER_REPLICA_BATCH = 16
+#: Relative difference under which weights or updates count as one device's. Measured float noise
+#: of these checks is 1e-8 to 4e-7, and its digits differ between CPUs: pass lines print the bound.
+SAME = 1e-4
 
 
 def _need_two_replicas(strategy: Any = None) -> Any:
@@ -193,7 +196,7 @@ def check_fit_on_replicas(fit_on_replicas: Callable[..., Any], strategy: Any = N
         dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(global_batch)
         off = _weight_mismatch(model, _fit_one_device(_sgd_model, dataset))
         expect(
-            off < 1e-4,
+            off < SAME,
             f"After the epoch the weights are {off:.1%} off one device trained on batches of "
             f"{global_batch}: keep the script's model, SGD({SCRIPT_LEARNING_RATE}) and loss; change "
             "only the scope and the batch.",
@@ -201,7 +204,7 @@ def check_fit_on_replicas(fit_on_replicas: Callable[..., Any], strategy: Any = N
     passed(
         exercise_id,
         f"2 replicas x {per_replica}, the weights of one device trained on batches of {global_batch} "
-        f"(mismatch {off:.0e}).",
+        f"(mismatch {compare.below(SAME)}).",
     )
 
 
@@ -225,7 +228,6 @@ def check_even_batches(even_batches: Callable[..., Any], strategy: Any = None) -
     with exercise(exercise_id):
         strategy = _need_two_replicas(strategy)
         replicas = strategy.num_replicas_in_sync
-        offs = []
         for examples, asked in EVEN_CASES:
             images, labels = _check_images(examples)
             call = f"even_batches(<{examples} examples>, {asked}, {replicas})"
@@ -267,15 +269,14 @@ def check_even_batches(even_batches: Callable[..., Any], strategy: Any = None) -
                 f"and that {replicas} replicas divide ({want}).",
             )
             expect(
-                off < 1e-4,
+                off < SAME,
                 f"{call}: on {replicas} replicas the epoch's update is {off:.1%} off one device's "
                 "(|d2 - d1| / |d1|).",
             )
-            offs.append(off)
     passed(
         exercise_id,
         f"7 examples asked in 4s: 1 step of 4; 3 asked in 3s: 1 step of 2; {replicas} replicas give "
-        f"one device's update (largest update error {max(offs):.0e}).",
+        f"one device's update (update error {compare.below(SAME)}).",
     )
 
 
@@ -366,14 +367,14 @@ def check_fit_resumable(fit_resumable: Callable[..., Any], strategy: Any = None)
         reference = _fit_one_device(_adam_model, dataset, RESUME_EPOCHS)
         off = _weight_mismatch(model, reference)
         expect(
-            off < 1e-4,
+            off < SAME,
             f"Resumed at epoch {RESUME_AT}, the weights are {off:.1%} off an uninterrupted run on one "
             "device: build and compile with make_model() in the scope and train `epochs` epochs.",
         )
     passed(
         exercise_id,
         f"backup after the interruption ({', '.join(saved)}); resumed at epoch {RESUME_AT}; 2 replicas "
-        f"end with the weights of an uninterrupted run on one device (mismatch {off:.0e}).",
+        f"end with the weights of an uninterrupted run on one device (mismatch {compare.below(SAME)}).",
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..checks import exercise, expect, passed
-from ..compare import checking_strategy, distribute
+from ..compare import checking_strategy, distribute, percent
 from ..lessons.diagnostics import UpdateFactor, update_factor
 
 REPLICAS = 2
@@ -108,7 +108,7 @@ def _factor_text(result: UpdateFactor) -> str:
         "single-device update"
     )
     if result.mismatch > 1e-3:
-        text += f" and points in another direction too ({100 * result.mismatch:.1f}% mismatch)"
+        text += f" and points in another direction too ({percent(result.mismatch)} mismatch)"
     return text + "."
 
 

@@ -62,7 +62,7 @@ class UpdateFactor:
         """One line: the factor, what the step reported as its loss, and any mismatch."""
         text = f"update on {self.replicas} replicas = {self.factor:.2f}x the single-device update"
         if self.mismatch > MISMATCH_TOLERANCE:
-            text += f", and differs in direction too ({100 * self.mismatch:.1f}% mismatch)"
+            text += f", and differs in direction too ({compare.percent(self.mismatch)} mismatch)"
         if self.loss_factor is not None:
             text += f"; reported loss {self.loss_factor:.2f}x the single-device loss"
         return text
