@@ -6,6 +6,8 @@
 #   make grade SUBMISSIONS="path ..." OUT=grades
 #   make slides   reveal.js decks of every master (with outputs) in build/slides/
 #   make demo NB=03   run notebook 03's demo path (cells tagged `demo`) in a fresh kernel, timed
+#   make timings  every master at full size (no COURSE_FAST, 2 replicas), every cell timed: run it on
+#                 a quiet machine; build/timings.json keeps the numbers
 # NB=03 limits outputs and nbval to the notebooks whose names start with 03.
 
 PYTHON_SYSTEM ?= $(shell command -v python3.11 || command -v python3)
@@ -18,7 +20,7 @@ NBVAL := $(PY) -m pytest --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg 
          --nbval-cell-timeout=600 --durations=0 -p no:cacheprovider \
          $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),solutions)
 
-.PHONY: setup lab test test-colab lint unit nbval nbval-default nbval-mirrored nbval-default-shaken nbval-mirrored-shaken notebooks check outputs grade bench slides demo clean
+.PHONY: setup lab test test-colab lint unit nbval nbval-default nbval-mirrored nbval-default-shaken nbval-mirrored-shaken notebooks check outputs grade bench slides demo timings clean
 
 setup: $(STAMP)
 
@@ -104,6 +106,9 @@ slides: setup
 demo: setup
 	@test -n "$(NB)" || (echo "Name the notebook: make demo NB=03"; exit 2)
 	$(TEST_ENV) $(PY) -m course_tools.presenting demo $(NB)
+
+timings: setup
+	COURSE_OFFLINE=1 KERAS_HOME=$(CURDIR)/.cache/keras-test $(PY) -m course_tools.presenting full $(NB) --json build/timings.json
 
 bench: setup
 	$(PY) -m course_tools.bench

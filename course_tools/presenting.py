@@ -4,6 +4,7 @@ Usage::
 
     python -m course_tools.presenting slides [NN ...]   # build/slides/NN_name.slides.html (make slides)
     python -m course_tools.presenting demo NN           # run NN's demo path in a fresh kernel (make demo NB=NN)
+    python -m course_tools.presenting full [NN ...]     # every cell at full size, timed (make timings)
 
 **Slides.** Every cell of a master carries ``metadata.slideshow.slide_type``, which JupyterLab's
 RISE extension (``jupyterlab-rise``) and ``nbconvert --to slides`` read. ``authoring build``
@@ -27,6 +28,11 @@ network their formulas show as TeX source.
 their own, in order, in a fresh kernel, in under a minute with ``COURSE_FAST=1``
 (:func:`run_demo`), from the master (a solution cell may be on the path, a check cell may not). ``authoring check`` enforces the count (:func:`demo_problems`);
 docs/instructors.md lists each path and its time.
+
+**Full size.** :func:`run_full` runs a whole master top to bottom as a student on Colab's CPU
+runtime meets it: two virtual replicas (``COURSE_STRATEGY=auto``), no ``COURSE_FAST``, the built-in
+data (so that no download is timed), every cell timed. Run it with nothing else on the machine;
+docs/instructors.md gives the measured times.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import argparse
 import copy
 import datetime as _dt
 import importlib.util
+import json
 import re
 import shutil
 import sys
@@ -51,7 +58,12 @@ DEMO_TAG = "demo"
 #: How many tagged code cells a demo path holds (the set-up cell comes on top).
 DEMO_CELLS = (5, 8)
 #: What a demo path runs under: the fast mode, and the built-in data.
-DEMO_ENV = {"COURSE_FAST": "1", "COURSE_OFFLINE": "1"}
+DEMO_ENV: dict[str, Optional[str]] = {"COURSE_FAST": "1", "COURSE_OFFLINE": "1"}
+#: What a full-size run runs under: a student's default (two virtual replicas, no fast mode), with
+#: the built-in data so that no download is timed.
+FULL_ENV: dict[str, Optional[str]] = {"COURSE_FAST": None, "COURSE_STRATEGY": "auto", "COURSE_OFFLINE": "1"}
+#: A full-size cell slower than this needs a progress bar or a sentence that says how long it takes.
+SLOW_CELL_SECONDS = 60.0
 #: The slide types that start a screen of their own (what reveal.js counts as slides).
 SCREENS = ("slide", "subslide")
 #: Where ``make slides`` writes the decks.
@@ -167,40 +179,54 @@ def demo_notebook(nb: Any) -> Any:
 
 @dataclass
 class DemoRun:
-    """The outcome of :func:`run_demo`: seconds per cell (master index, first line) and in all."""
+    """The outcome of :func:`run_demo` or :func:`run_full`: seconds per cell (master index, first
+    line) and in all."""
 
     notebook: str
     cells: list[tuple[int, float, str]] = field(default_factory=list)
     seconds: float = 0.0
     error: str = ""
+    what: str = "demo path"
 
-    def report(self) -> str:
-        lines = [f"demo path of {self.notebook}: {len(self.cells)} cells (set-up included)"]
-        for index, seconds, first in self.cells:
-            lines.append(f"  cell {index:>3}  {seconds:6.1f} s  {first[:70]}")
+    def report(self, at_least: float = 0.0) -> str:
+        """Every cell's time (``at_least``: only the cells that took that long), then the total."""
+        shown = [c for c in self.cells if not c[1] < at_least]
+        lines = [f"{self.what} of {self.notebook}: {len(self.cells)} cells (set-up included)"]
+        if at_least:
+            lines[0] += f", {len(shown)} of them {at_least:g} s or more"
+        for index, seconds, first in shown:
+            slow = "  (over a minute)" if seconds > SLOW_CELL_SECONDS else ""
+            lines.append(f"  cell {index:>3}  {seconds:6.1f} s  {first[:70]}{slow}")
         verdict = f"FAILED: {self.error}" if self.error else "ran without an error"
         lines.append(f"total {self.seconds:.1f} s in a fresh kernel (kernel start included); {verdict}")
         return "\n".join(lines)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "notebook": self.notebook,
+            "what": self.what,
+            "seconds": round(self.seconds, 1),
+            "error": self.error,
+            "cells": [{"cell": i, "seconds": round(t, 2), "first_line": first} for i, t, first in self.cells],
+        }
 
 
 def _stamp(text: str) -> float:
     return _dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def run_demo(path: Path, env: Optional[dict[str, str]] = None, timeout: int = 600) -> DemoRun:
-    """Execute the demo path of the master ``path`` in a fresh kernel, in a temporary folder (its
-    scratch files go there), with :data:`DEMO_ENV` (and ``env``) set; time every cell."""
-    import nbformat
+def _run_timed(
+    nb: Any, indices: list[int], name: str, what: str, env: dict[str, Optional[str]], timeout: int
+) -> DemoRun:
+    """Execute ``nb`` (cells ``indices`` of a master) in a fresh kernel, in a temporary folder (its
+    scratch files go there), with ``env`` set; time every cell."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     from .project import environment
 
-    master = nbformat.read(path, as_version=4)
-    indices = demo_cells(master)
-    nb = demo_notebook(master)
-    run = DemoRun(path.stem)
-    with tempfile.TemporaryDirectory() as folder, environment({**DEMO_ENV, **(env or {})}):
+    run = DemoRun(name, what=what)
+    with tempfile.TemporaryDirectory() as folder, environment(env):
         client = NotebookClient(
             nb,
             timeout=timeout,
@@ -221,6 +247,36 @@ def run_demo(path: Path, env: Optional[dict[str, str]] = None, timeout: int = 60
         first = next((line for line in cell.source.splitlines() if line.strip()), "")
         run.cells.append((index, seconds, first))
     return run
+
+
+def run_demo(path: Path, env: Optional[dict[str, str]] = None, timeout: int = 600) -> DemoRun:
+    """Execute the demo path of the master ``path`` in a fresh kernel with :data:`DEMO_ENV` (and
+    ``env``) set; time every cell."""
+    import nbformat
+
+    master = nbformat.read(path, as_version=4)
+    return _run_timed(
+        demo_notebook(master),
+        demo_cells(master),
+        path.stem,
+        "demo path",
+        {**DEMO_ENV, **(env or {})},
+        timeout,
+    )
+
+
+def run_full(path: Path, env: Optional[dict[str, str]] = None, timeout: int = 1800) -> DemoRun:
+    """Execute the whole master ``path`` at full size (:data:`FULL_ENV`, and ``env``) in a fresh
+    kernel; time every cell. The answers are the master's own solutions."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    indices = [i for i, cell in enumerate(nb.cells)]
+    return _run_timed(nb, indices, path.stem, "full-size run", {**FULL_ENV, **(env or {})}, timeout)
 
 
 # --------------------------------------------------------------------------- decks
@@ -304,8 +360,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course_tools.presenting", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("command", choices=["slides", "demo"])
-    parser.add_argument("notebooks", nargs="*", help="notebook numbers or names (slides: default all)")
+    parser.add_argument("command", choices=["slides", "demo", "full"])
+    parser.add_argument("notebooks", nargs="*", help="notebook numbers or names (slides, full: default all)")
+    parser.add_argument("--json", type=Path, help="full: also write every cell's time to this file")
     args = parser.parse_args(argv)
     try:
         root = find_root()
@@ -320,19 +377,36 @@ def main(argv: Optional[list[str]] = None) -> int:
             f"{len(decks)} deck(s) in {SLIDES_DIR}/: open one in a browser (arrow keys; S for speaker notes)."
         )
         return 0
-    if not args.notebooks:
+    if args.command == "demo" and not args.notebooks:
         parser.error("demo: name a notebook (demo 03, or make demo NB=03)")
-    failed = 0
-    for name in args.notebooks:
-        matches = sorted(p for p in (root / "solutions").glob("*.ipynb") if p.name.startswith(name))
+    masters = sorted((root / "solutions").glob("*.ipynb"))
+    failed, runs = 0, []
+    for name in args.notebooks or ([""] if args.command == "full" else []):
+        matches = [p for p in masters if p.name.startswith(name)]
         if not matches:
             print(f"presenting: no master in solutions/ starts with {name!r}", file=sys.stderr)
             return 2
         for path in matches:
-            print(f"running the demo path of {path.name} in a fresh kernel ...", flush=True)
-            run = run_demo(path)
-            print(run.report(), flush=True)
+            if args.command == "demo":
+                print(f"running the demo path of {path.name} in a fresh kernel ...", flush=True)
+                run = run_demo(path)
+                print(run.report(), flush=True)
+            else:
+                print(f"running {path.name} at full size in a fresh kernel ...", flush=True)
+                run = run_full(path)
+                print(run.report(at_least=5.0), flush=True)
             failed += bool(run.error)
+            runs.append(run)
+    if args.command == "full":
+        print("\nnotebook                               seconds  slowest cells")
+        for run in runs:
+            slowest = sorted(run.cells, key=lambda c: -c[1])[:3]
+            cells = ", ".join(f"{i} ({t:.0f} s)" for i, t, _ in slowest)
+            print(f"{run.notebook:<38} {run.seconds:7.0f}  {cells}{'  FAILED' if run.error else ''}")
+        print(f"{'all':<38} {sum(r.seconds for r in runs):7.0f}")
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps([r.as_json() for r in runs], indent=1) + "\n")
     return 1 if failed else 0
 
 

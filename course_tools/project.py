@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Mapping, Optional
 
 from .cellmeta import AuthoringError
 
@@ -36,10 +36,15 @@ def course_config(root: Path) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def environment(env: Optional[dict[str, str]]) -> Iterator[None]:
-    """Set environment variables for the block (kernels started inside inherit them), then restore."""
+def environment(env: Optional[Mapping[str, Optional[str]]]) -> Iterator[None]:
+    """Set environment variables for the block (kernels started inside inherit them; a value of
+    None unsets one), then restore."""
     saved = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
+    for key, value in (env or {}).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     try:
         yield
     finally:

@@ -11,6 +11,8 @@ of the first slide and of a later one under the test's temporary folder.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import nbformat
@@ -133,3 +135,29 @@ def test_the_instructors_guide_lists_each_demo_path_as_tagged() -> None:
         nb = nbformat.read(path, as_version=4)
         listed = [int(n) for n in re.findall(r"^\| (\d+) \|", sections[path.name[:2]], re.M)]
         assert listed == presenting.demo_cells(nb), f"{path.name}: docs/instructors.md lists {listed}"
+
+
+def test_a_full_size_run_unsets_the_fast_mode_and_times_every_cell(tmp_path: Path, monkeypatch) -> None:
+    """`make timings` runs a master as a student on Colab's CPU runtime meets it: COURSE_FAST unset
+    even where the caller's shell sets it, the default strategy (two replicas), every cell timed."""
+    monkeypatch.setenv("COURSE_FAST", "1")
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# A notebook"),
+        nbformat.v4.new_code_cell(
+            "import os\nassert os.environ.get('COURSE_FAST') is None, os.environ.get('COURSE_FAST')\n"
+            "assert os.environ['COURSE_STRATEGY'] == 'auto'"
+        ),
+        nbformat.v4.new_code_cell("import time\ntime.sleep(0.3)"),
+    ]
+    path = tmp_path / "99_example.ipynb"
+    nbformat.write(nb, path)
+    run = presenting.run_full(path)
+    assert run.error == "", run.report()
+    assert [index for index, _, _ in run.cells] == [0, 1, 2]
+    assert run.cells[2][1] >= 0.3
+    report = run.report(at_least=0.25)
+    assert "cell   2" in report and "cell   1" not in report, report
+    assert json.loads(json.dumps(run.as_json()))["cells"][2]["first_line"] == "import time"
+    assert os.environ["COURSE_FAST"] == "1"
