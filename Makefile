@@ -83,8 +83,11 @@ test: check lint unit nbval
 COLAB_VENV := .venv-colab
 COLAB_STAMP := $(COLAB_VENV)/.installed
 
+# Colab runs Python 3.13: use it where this machine has a working python3.13, else the set-up's Python.
+COLAB_PYTHON ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || echo $(PYTHON_SYSTEM))
+
 $(COLAB_STAMP): requirements-colab.txt pyproject.toml
-	@test -x $(COLAB_VENV)/bin/python || $(PYTHON_SYSTEM) -m venv $(COLAB_VENV)
+	@test -x $(COLAB_VENV)/bin/python || $(COLAB_PYTHON) -m venv $(COLAB_VENV)
 	$(COLAB_VENV)/bin/python -m pip install -q --upgrade pip
 	$(COLAB_VENV)/bin/python -m pip install -q -r requirements-colab.txt
 	$(COLAB_VENV)/bin/python -m pip install -q --no-deps -e .
@@ -108,7 +111,7 @@ demo: setup
 	$(TEST_ENV) $(PY) -m course_tools.presenting demo $(NB)
 
 timings: setup
-	COURSE_OFFLINE=1 KERAS_HOME=$(CURDIR)/.cache/keras-test $(PY) -m course_tools.presenting full $(NB) --json build/timings.json
+	COURSE_OFFLINE=1 KERAS_HOME=$(CURDIR)/.cache/keras-test $(PY) -m course_tools.presenting full $(NB) --json build/timings.json --keep build/full
 
 bench: setup
 	$(PY) -m course_tools.bench

@@ -216,10 +216,18 @@ def _stamp(text: str) -> float:
 
 
 def _run_timed(
-    nb: Any, indices: list[int], name: str, what: str, env: dict[str, Optional[str]], timeout: int
+    nb: Any,
+    indices: list[int],
+    name: str,
+    what: str,
+    env: dict[str, Optional[str]],
+    timeout: int,
+    keep: Optional[Path] = None,
 ) -> DemoRun:
     """Execute ``nb`` (cells ``indices`` of a master) in a fresh kernel, in a temporary folder (its
-    scratch files go there), with ``env`` set; time every cell."""
+    scratch files go there), with ``env`` set; time every cell; ``keep``: write the executed
+    notebook there, outputs included."""
+    import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
@@ -240,6 +248,9 @@ def _run_timed(
         except CellExecutionError as error:
             run.error = str(error).strip().splitlines()[-1][:300]
         run.seconds = time.perf_counter() - start
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, keep / f"{name}.ipynb")
     for index, cell in zip(indices, nb.cells):
         timing = cell.metadata.get("execution", {})
         begin, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
@@ -265,9 +276,12 @@ def run_demo(path: Path, env: Optional[dict[str, str]] = None, timeout: int = 60
     )
 
 
-def run_full(path: Path, env: Optional[dict[str, str]] = None, timeout: int = 1800) -> DemoRun:
+def run_full(
+    path: Path, env: Optional[dict[str, str]] = None, timeout: int = 1800, keep: Optional[Path] = None
+) -> DemoRun:
     """Execute the whole master ``path`` at full size (:data:`FULL_ENV`, and ``env``) in a fresh
-    kernel; time every cell. The answers are the master's own solutions."""
+    kernel; time every cell (``keep``: write the executed notebook to that folder). The answers are
+    the master's own solutions."""
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
@@ -276,7 +290,7 @@ def run_full(path: Path, env: Optional[dict[str, str]] = None, timeout: int = 18
             cell.outputs = []
             cell.execution_count = None
     indices = [i for i, cell in enumerate(nb.cells)]
-    return _run_timed(nb, indices, path.stem, "full-size run", {**FULL_ENV, **(env or {})}, timeout)
+    return _run_timed(nb, indices, path.stem, "full-size run", {**FULL_ENV, **(env or {})}, timeout, keep)
 
 
 # --------------------------------------------------------------------------- decks
@@ -363,6 +377,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("command", choices=["slides", "demo", "full"])
     parser.add_argument("notebooks", nargs="*", help="notebook numbers or names (slides, full: default all)")
     parser.add_argument("--json", type=Path, help="full: also write every cell's time to this file")
+    parser.add_argument(
+        "--keep", type=Path, help="full: write each executed notebook (outputs) to this folder"
+    )
     args = parser.parse_args(argv)
     try:
         root = find_root()
@@ -393,7 +410,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 print(run.report(), flush=True)
             else:
                 print(f"running {path.name} at full size in a fresh kernel ...", flush=True)
-                run = run_full(path)
+                run = run_full(path, keep=args.keep)
                 print(run.report(at_least=5.0), flush=True)
             failed += bool(run.error)
             runs.append(run)
