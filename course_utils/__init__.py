@@ -6,6 +6,7 @@ name below is loaded from its module the first time it is used, and has this one
 * :func:`setup`, :func:`report` - notebook 00 (every set-up cell calls ``setup(cpus=N)``: the one
   split of the CPU into virtual devices)
 * :func:`use_virtual_cpus`, :func:`get_strategy`, :func:`describe` - notebooks 00 and 02
+  (:func:`use_virtual_gpus`: the same split for a machine's one GPU)
 * :func:`use_op_threads` - notebook 09 (one core per replica)
 * :func:`load_fashion_mnist`, :func:`load_mnist`, :func:`make_pipelines` - notebooks 03 and 04
 * :func:`custom_training_cnn`, :func:`keras_tutorial_cnn` - notebooks 01, 03, 04 and 09
@@ -39,6 +40,7 @@ _EXPORTS = {
     "fast_or": "config",
     "STRATEGY_KINDS": "config",
     "use_virtual_cpus": "devices",
+    "use_virtual_gpus": "devices",
     "use_op_threads": "devices",
     "get_strategy": "hardware",
     "describe": "strategies",

@@ -9,6 +9,7 @@ noise, diagnosed by probes that drive each trap into view. ``docs/capstone.md`` 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
@@ -17,6 +18,7 @@ import numpy as np
 
 from .errors import ConfigError, ExerciseError, describe_raised
 from .runtime import import_tensorflow as _tf
+from .strategies import strategy_name
 
 __all__ = ["Run", "SameUpdate", "checking_strategy", "run", "factor", "mismatch"]
 __all__ += ["same_update", "check_same_update", "sum_replicas", "flat", "below", "percent"]
@@ -178,32 +180,36 @@ def run(
     tf = _tf()
     if seed is not None:
         keras.utils.set_random_seed(seed)
-    with strategy.scope():
-        model = _built(make_model(), data[0])
-        model.set_weights(list(weights))
-        optimizer = make_optimizer() if make_optimizer else keras.optimizers.SGD(0.1)
-        if build_optimizer:
-            optimizer.build(model.trainable_variables)
-        metric = make_metric() if make_metric else None
-    if lr_scale != 1.0:
-        optimizer.learning_rate.assign(optimizer.learning_rate.numpy() * lr_scale)
-    if scale is not None:
-        _amplify(model, scale)
-    step = make_step(strategy, model, optimizer, metric)
-    if not distributed:
-        replica_step = step
+    # One device (the default strategy) runs on the CPU, like the checks' replicas: on a machine with a
+    # GPU its ops would go there, and a GPU's float32 kernels round differently from the CPU's.
+    on_cpu = strategy_name(strategy) == "default strategy" and tf.config.list_physical_devices("GPU")
+    with tf.device("/cpu:0") if on_cpu else contextlib.nullcontext():
+        with strategy.scope():
+            model = _built(make_model(), data[0])
+            model.set_weights(list(weights))
+            optimizer = make_optimizer() if make_optimizer else keras.optimizers.SGD(0.1)
+            if build_optimizer:
+                optimizer.build(model.trainable_variables)
+            metric = make_metric() if make_metric else None
+        if lr_scale != 1.0:
+            optimizer.learning_rate.assign(optimizer.learning_rate.numpy() * lr_scale)
+        if scale is not None:
+            _amplify(model, scale)
+        step = make_step(strategy, model, optimizer, metric)
+        if not distributed:
+            replica_step = step
 
-        @tf.function
-        def step(inputs: Any) -> Any:
-            return sum_replicas(strategy, strategy.run(replica_step, args=(inputs,)))
+            @tf.function
+            def step(inputs: Any) -> Any:
+                return sum_replicas(strategy, strategy.run(replica_step, args=(inputs,)))
 
-    before = flat(model.trainable_variables)
-    losses: list[Optional[float]] = []
-    first: Optional[np.ndarray] = None
-    for inputs in distribute(strategy, data, batch):
-        losses.append(_scalar(step(inputs)))
-        first = flat(model.trainable_variables) - before if first is None else first
-    update = flat(model.trainable_variables) - before
+        before = flat(model.trainable_variables)
+        losses: list[Optional[float]] = []
+        first: Optional[np.ndarray] = None
+        for inputs in distribute(strategy, data, batch):
+            losses.append(_scalar(step(inputs)))
+            first = flat(model.trainable_variables) - before if first is None else first
+        update = flat(model.trainable_variables) - before
     return Run(
         int(strategy.num_replicas_in_sync),
         tuple(losses),

@@ -4,7 +4,9 @@ A laptop has one CPU, but TensorFlow can split it into several *logical* devices
 ``MirroredStrategy`` over them runs real replicas with real all-reduces, which is how this
 course shows distribution without an accelerator. TensorFlow fixes the split when it first
 initialises its devices, so :func:`use_virtual_cpus` must run before anything touches a device;
-the set-up cell does it (``course_utils.setup(cpus=N)``).
+the set-up cell does it (``course_utils.setup(cpus=N)``). A runtime with one GPU (Colab's T4 or
+L4) is split the same way, into logical GPUs (:func:`use_virtual_gpus`), so that the lessons
+still have two replicas there.
 
 This is the lowest layer that touches TensorFlow: :mod:`~course_utils.strategies` builds on it,
 :mod:`~course_utils.hardware` decides on both, :mod:`~course_utils.runtime` sets up on all three.
@@ -76,6 +78,40 @@ def cpu_count() -> int:
     return len(config) if config else 1
 
 
+def gpu_count() -> int:
+    """How many logical GPUs TensorFlow has, or will have when it starts (never starts it)."""
+    tf = _tf()
+    return sum(len(tf.config.get_logical_device_configuration(g) or [g]) for g in physical_devices("GPU"))
+
+
+#: Memory (MB) the logical GPUs of a split GPU share (equal parts, at least 1024): within a T4's 15 GB
+#: and an L4's 22 GB. TensorFlow requires a limit per logical GPU (eager/context.py).
+GPU_SPLIT_MB = 8192
+
+
+def _split(kind: str, n: int, configs: list) -> list[str]:
+    """Give the first physical device of ``kind`` the logical ``configs`` (``n`` of them), once."""
+    tf = _tf()
+    device = tf.config.list_physical_devices(kind)[0]
+    current = tf.config.get_logical_device_configuration(device)
+    names = [f"/device:{kind}:{i}" for i in range(n)]
+    if (len(current) if current else 1) == n and (current or n == 1):
+        return names
+    try:
+        tf.config.set_logical_device_configuration(device, configs)
+    except RuntimeError:
+        have = len(tf.config.list_logical_devices(kind))
+        if have == n:
+            return names
+        raise ReplicaCountError(
+            f"TensorFlow already started with {have} {kind} device{'s' if have != 1 else ''}; "
+            f"it cannot be split into {n} now. Restart the kernel (Colab: Runtime > Restart "
+            f"session), then set COURSE_REPLICAS={n} or call use_virtual_{kind.lower()}s({n}) before "
+            "anything else uses TensorFlow."
+        ) from None
+    return names
+
+
 def use_virtual_cpus(n: int) -> list[str]:
     """Split the CPU into ``n`` logical devices and return their names.
 
@@ -85,27 +121,21 @@ def use_virtual_cpus(n: int) -> list[str]:
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"use_virtual_cpus needs a whole number >= 1, not {n!r}.")
-    tf = _tf()
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    current = tf.config.get_logical_device_configuration(cpu)
-    have = len(current) if current else 1
-    if have == n and (current or n == 1):
-        return [f"/device:CPU:{i}" for i in range(n)]
-    try:
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(n)]
+    return _split("CPU", n, [_tf().config.LogicalDeviceConfiguration() for _ in range(n)])
+
+
+def use_virtual_gpus(n: int) -> list[str]:
+    """Split this machine's one GPU into ``n`` logical GPUs of ``GPU_SPLIT_MB / n`` MB (at least 1024)
+    and return their names: :func:`use_virtual_cpus` for a GPU (untested on a real one). Why, and
+    which all-reduce a ``MirroredStrategy`` gets there: :func:`course_utils.hardware.plan_hardware`."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"use_virtual_gpus needs a whole number >= 1, not {n!r}.")
+    if len(physical_devices("GPU")) != 1:
+        raise ConfigError(
+            f"use_virtual_gpus splits one GPU; this machine has {len(physical_devices('GPU'))}."
         )
-    except RuntimeError:
-        have = len(tf.config.list_logical_devices("CPU"))
-        if have == n:
-            return [f"/device:CPU:{i}" for i in range(n)]
-        raise ReplicaCountError(
-            f"TensorFlow already started with {have} CPU device{'s' if have != 1 else ''}; "
-            f"it cannot be split into {n} now. Restart the kernel (Colab: Runtime > Restart "
-            f"session), then set COURSE_REPLICAS={n} or call use_virtual_cpus({n}) before "
-            "anything else uses TensorFlow."
-        ) from None
-    return [f"/device:CPU:{i}" for i in range(n)]
+    memory = max(1024, GPU_SPLIT_MB // n)
+    return _split("GPU", n, [_tf().config.LogicalDeviceConfiguration(memory_limit=memory)] * n)
 
 
 def find_local_tpu(tpu: str = "local") -> Any:

@@ -99,11 +99,13 @@ class HardwarePlan:
         return "; ".join(str(a) for a in self.attempts)
 
     def choice(self) -> Choice:
-        """The strategy this plan gets: ``tpu`` -> ``TPUStrategy``, ``multi_gpu`` and ``cpu`` over
-        several virtual CPUs -> ``MirroredStrategy``, ``one_gpu`` -> ``OneDeviceStrategy``, one CPU
-        -> the default strategy."""
+        """The strategy this plan gets: ``tpu`` -> ``TPUStrategy``, ``multi_gpu``, ``one_gpu`` split
+        into logical GPUs and ``cpu`` over several virtual CPUs -> ``MirroredStrategy``, ``one_gpu``
+        whole -> ``OneDeviceStrategy``, one CPU -> the default strategy."""
         if self.kind == "tpu":
             return Choice("tpu", (), self.resolver, auto=True)
+        if self.kind == "one_gpu" and len(self.devices) > 1:
+            return Choice("mirrored", self.devices, auto=True, split_gpu=True)
         if self.kind == "one_gpu" or (self.kind == "cpu" and len(self.devices) == 1):
             return Choice("one_device" if self.kind == "one_gpu" else "default", self.devices, auto=True)
         if self.kind in {"multi_gpu", "cpu"}:
@@ -124,8 +126,13 @@ def plan_hardware(
     """Decide, without building a strategy: a TPU if ``find_tpu()`` works, else all GPUs
     (``multi_gpu`` when there are 2 or more, ``one_gpu`` for one), else the CPU.
 
-    On the CPU, ``cpu_replicas`` virtual CPUs (default: ``COURSE_REPLICAS``, else 2) become that
-    many replicas; one means the default strategy.
+    ``cpu_replicas`` (default: ``COURSE_REPLICAS``, else 2) is the replica count on one device: that
+    many virtual CPUs (one: the default strategy), or logical GPUs of a single GPU (one:
+    ``OneDeviceStrategy``), which :func:`course_utils.setup` makes. Why one GPU is split, untested on
+    a real GPU: TensorFlow's own tf.distribute tests split one GPU into two logical GPUs of 2048 MB
+    (``distribute/test_util.py``), and a ``MirroredStrategy`` over them gets TensorFlow's collective
+    all-reduce with the RING implementation, since NCCL needs one physical GPU per device
+    (``_make_collective_ops_with_fallbacks`` in ``mirrored_strategy.py``, TensorFlow 2.20 and 2.21).
     """
     if find_tpu is None:
         find_tpu = find_local_tpu
@@ -141,17 +148,16 @@ def plan_hardware(
         attempts.append(Attempt("TPU", True, "connected and initialised"))
         return HardwarePlan("tpu", (), resolver, tuple(attempts))
 
+    n = max(1, int(cpu_replicas if cpu_replicas is not None else settings().cpu_replicas))
     gpus = list(list_devices("GPU"))
     if len(gpus) >= 2:
         attempts.append(Attempt("GPU", True, f"{len(gpus)} found"))
         names = tuple(f"/gpu:{i}" for i in range(len(gpus)))
         return HardwarePlan("multi_gpu", names, None, tuple(attempts))
     if len(gpus) == 1:
-        attempts.append(Attempt("GPU", True, "1 found"))
-        return HardwarePlan("one_gpu", ("/gpu:0",), None, tuple(attempts))
+        attempts.append(Attempt("GPU", True, "1 found" + (f", split into {n} logical" if n > 1 else "")))
+        return HardwarePlan("one_gpu", tuple(f"/gpu:{i}" for i in range(n)), None, tuple(attempts))
     attempts.append(Attempt("GPU", False, "none found"))
-
-    n = max(1, int(cpu_replicas if cpu_replicas is not None else settings().cpu_replicas))
     attempts.append(Attempt("CPU", True, f"{n} logical"))
     return HardwarePlan("cpu", tuple(f"/cpu:{i}" for i in range(n)), None, tuple(attempts))
 
@@ -203,8 +209,9 @@ def choose(
 
     ``kind`` and ``replicas`` default to the kept settings (``COURSE_STRATEGY``, ``COURSE_REPLICAS``).
     ``auto`` runs :func:`plan_hardware` with :func:`find_tpu_if_hinted`; any other kind runs on one
-    device, on ``many`` (all GPUs, else ``replicas`` virtual CPUs, 2 when unset) or on the devices
-    it finds itself, as its row of :data:`course_utils.strategies.STRATEGIES` says.
+    device, on ``many`` (all GPUs, a single GPU split into ``replicas`` logical GPUs, else
+    ``replicas`` virtual CPUs; 2 when unset) or on the devices it finds itself, as its row of
+    :data:`course_utils.strategies.STRATEGIES` says.
     ``connect=False`` touches no TPU (a sign of one is taken for one): what the runtime report
     and the set-up cell's CPU split need.
     """
@@ -219,6 +226,8 @@ def choose(
     gpus = _gpu_names(count if spread == "many" else 1, list_devices)
     if spread == "one":
         return Choice(kind, gpus[:1] or ("/cpu:0",))
+    if spread == "many" and len(gpus) == 1 and cpus > 1:  # one GPU: split, as plan_hardware does
+        return Choice(kind, tuple(f"/gpu:{i}" for i in range(cpus)), split_gpu=True)
     if spread == "many":
         return Choice(kind, gpus or tuple(f"/cpu:{i}" for i in range(cpus)))
     return Choice(kind, cluster=bool(os.environ.get("TF_CONFIG")))
@@ -230,9 +239,9 @@ def get_strategy(kind: Optional[str] = None, replicas: Optional[int] = None, *, 
     ``kind`` and ``replicas`` default to ``COURSE_STRATEGY`` (``auto``) and ``COURSE_REPLICAS``.
 
     * ``auto``: the chain notebook 06 teaches (:func:`plan_hardware`): a TPU if there is one, else
-      ``MirroredStrategy`` over all GPUs (``OneDeviceStrategy`` on a single GPU), else a
-      ``MirroredStrategy`` over ``COURSE_REPLICAS`` virtual CPUs (2 when unset;
-      ``COURSE_REPLICAS=1`` gives the default strategy on one device).
+      ``MirroredStrategy`` over all GPUs (a single GPU split into ``COURSE_REPLICAS`` logical GPUs,
+      2 when unset; ``COURSE_REPLICAS=1``: ``OneDeviceStrategy``), else a ``MirroredStrategy`` over
+      ``COURSE_REPLICAS`` virtual CPUs (2 when unset; 1 gives the default strategy on one device).
     * ``default``, ``one_device``, ``mirrored``, ``central_storage``, ``multi_worker``, ``tpu``:
       that strategy. ``mirrored`` and ``central_storage`` on a CPU use ``COURSE_REPLICAS``
       virtual CPUs (2 when unset), which the set-up cell made. ``tpu`` raises

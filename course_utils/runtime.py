@@ -2,7 +2,8 @@
 
 :func:`setup` reads the ``COURSE_*`` settings (the one read, kept by :mod:`course_utils.config`),
 starts TensorFlow quietly, splits the CPU into the virtual CPUs the notebook needs (the one split;
-``setup(cpus=4)`` for a notebook that runs 1, 2 and 4 replicas), seeds, and prints the report.
+``setup(cpus=4)`` for a notebook that runs 1, 2 and 4 replicas; a machine's one GPU is split the
+same way), seeds, and prints the report.
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ import warnings
 from typing import Any, Optional
 
 from .config import Settings, load, settings
-from .devices import cpu_count, in_ci, in_colab, physical_devices, use_virtual_cpus
+from .devices import (
+    cpu_count,
+    gpu_count,
+    in_ci,
+    in_colab,
+    physical_devices,
+    use_virtual_cpus,
+    use_virtual_gpus,
+)
 from .devices import import_tensorflow as import_tensorflow  # noqa: F401 - kept importable from here
 from .devices import quiet_native_logs as quiet_native_logs  # noqa: F401 - kept importable from here
 from .errors import ConfigError
@@ -30,9 +39,10 @@ def devices_line() -> str:
     cpus = tf.config.list_physical_devices("CPU")
     logical = tf.config.get_logical_device_configuration(cpus[0]) if cpus else None
     gpus, tpus = physical_devices("GPU"), physical_devices("TPU")
+    split = f" (split into {gpu_count()} logical)" if gpu_count() > len(gpus) else ""
     return (
         f"CPU x{len(cpus)} (split into {len(logical) if logical else 1} logical), "
-        f"GPU x{len(gpus)}, TPU x{len(tpus)}"
+        f"GPU x{len(gpus)}{split}, TPU x{len(tpus)}"
     )
 
 
@@ -84,13 +94,23 @@ def cpus_needed(env: Settings, choice: Choice, cpus: Optional[int] = None) -> in
     return need
 
 
+def gpus_needed(env: Settings, choice: Choice, cpus: Optional[int] = None) -> int:
+    """Logical GPUs to split a machine's one GPU into, as a CPU is split: the notebook's count, the
+    strategy's, ``COURSE_REPLICAS`` (no GPU, or several: their count, used as they are)."""
+    gpus = len(physical_devices("GPU"))
+    if choice.kind == "tpu" or gpus != 1:
+        return gpus
+    return max(cpus or 1, choice.gpus, env.replicas or 1)
+
+
 def setup(
     *, cpus: Optional[int] = None, seed: Optional[int] = 42, show_report: bool = True, backend: str = ""
 ) -> Settings:
     """What every notebook's set-up cell calls; returns the settings it read (and keeps them).
 
     It reads the ``COURSE_*`` settings, imports TensorFlow quietly, splits the CPU into ``cpus`` virtual
-    devices (more if ``COURSE_REPLICAS``, 2 when unset, needs them: the one split), connects to the TPU when
+    devices (more if ``COURSE_REPLICAS``, 2 when unset, needs them: the one split; a machine's one GPU
+    likewise, :func:`gpus_needed`, with full float32 on GPUs), connects to the TPU when
     ``COURSE_STRATEGY=tpu``, shows the course's errors in one line, seeds Python, NumPy and TensorFlow,
     reports; safe to re-run. ``backend="jax"``: notebook 11, Keras on JAX without TensorFlow (lessons).
     """
@@ -108,11 +128,18 @@ def setup(
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
     # Keras 3.15 warns on every fit() of a tf.data.Dataset that shuffle=True is ignored.
     warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
-    need = cpus_needed(env, choose(env.strategy, env.replicas, connect=False), cpus)
+    choice = choose(env.strategy, env.replicas, connect=False)
+    need = cpus_needed(env, choice, cpus)
     # More virtual CPUs than needed (set-up re-run after a cell split into more) is fine:
-    # strategies use the first ones.
+    # strategies use the first ones. The same holds for the logical GPUs of one GPU.
     if cpu_count() < need:
         use_virtual_cpus(need)
+    if gpu_count() < gpus_needed(env, choice, cpus):  # never without a GPU: 0 < 0
+        use_virtual_gpus(gpus_needed(env, choice, cpus))
+    if physical_devices("GPU"):
+        # TensorFloat-32 (on by default on Ampere GPUs and newer: L4, H100) rounds float32 matmul
+        # inputs to 10 bits; the lessons compare updates to float32 noise, often with a CPU's.
+        import_tensorflow().config.experimental.enable_tensor_float_32_execution(False)
     if env.strategy == "tpu":
         connect_tpu()  # no TPU: say so now, in one line, not cells later
     if seed is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .devices import cpu_count, find_local_tpu, import_tensorflow
+from .devices import cpu_count, find_local_tpu, gpu_count, import_tensorflow
 from .errors import ConfigError, NoTPUError, ReplicaCountError
 
 _tf = import_tensorflow
@@ -33,7 +33,7 @@ class Choice:
     ``/gpu:1``...), empty where the strategy finds its own (a TPU's cores, a cluster's workers);
     ``resolver`` is a connected TPU's (when the chain found one); ``auto`` says the chain of
     ``COURSE_STRATEGY=auto`` chose it; ``cluster`` says ``TF_CONFIG`` names a cluster
-    (``multi_worker``).
+    (``multi_worker``); ``split_gpu`` says its GPUs are logical GPUs of this machine's one GPU.
     """
 
     kind: str
@@ -41,27 +41,33 @@ class Choice:
     resolver: Any = None
     auto: bool = False
     cluster: bool = False
+    split_gpu: bool = False
 
     @property
     def cpus(self) -> int:
         """How many virtual CPUs building it needs (0 when it runs on other devices)."""
         return sum(1 for d in self.devices if d.lower().startswith("/cpu:"))
 
+    @property
+    def gpus(self) -> int:
+        """How many GPUs (logical ones, when ``split_gpu``) it runs on."""
+        return sum(1 for d in self.devices if d.lower().startswith("/gpu:"))
+
 
 # --------------------------------------------------------------------------- the builders
 
 
-def _cpu_names(n: int, needed_by: str) -> list[str]:
-    """``/cpu:0`` ... ``/cpu:{n-1}``, or :class:`ReplicaCountError` when TensorFlow has fewer."""
-    have = cpu_count()
+def _names(kind: str, n: int, needed_by: str) -> list[str]:
+    """``/cpu:0`` ... ``/cpu:{n-1}`` (or ``/gpu:``), or :class:`ReplicaCountError` when TensorFlow has fewer."""
+    have = cpu_count() if kind == "cpu" else gpu_count()
     if have < n:
+        split = f"course_utils.setup(cpus={n}), or course_utils.use_virtual_{kind}s({n})"
         raise ReplicaCountError(
-            f"{needed_by} needs {n} replicas, but TensorFlow has {have} CPU device"
+            f"{needed_by} needs {n} replicas, but TensorFlow has {have} {kind.upper()} device"
             f"{'s' if have != 1 else ''}. Restart the kernel and run the notebook from the top: its "
-            f"set-up cell splits the CPU (course_utils.setup(cpus={n}), or "
-            f"course_utils.use_virtual_cpus({n}) before anything else uses TensorFlow)."
+            f"set-up cell splits the {kind.upper()} ({split} before anything else uses TensorFlow)."
         )
-    return [f"/cpu:{i}" for i in range(n)]
+    return [f"/{kind}:{i}" for i in range(n)]
 
 
 def mirrored_cpus(n: int, needed_by: str = "This", *, all_reduce: str = "tensorflow") -> Any:
@@ -73,41 +79,46 @@ def mirrored_cpus(n: int, needed_by: str = "This", *, all_reduce: str = "tensorf
     ``ReductionToOneDevice`` instead: only where a measurement says it must, namely ``Model.fit``
     with ``steps_per_execution`` > 1, which fails with TensorFlow's collective all-reduce on
     virtual CPUs (``INVALID_ARGUMENT: You must feed a value for placeholder tensor``, TF 2.21,
-    Keras 3.15). The same arguments again return the same strategy (see ``_CPU_STRATEGIES``).
+    Keras 3.15). The same arguments again return the same strategy (see ``_MIRRORED``).
 
     It splits nothing: it uses the first ``n`` of the virtual CPUs the set-up cell made, and when
     there are fewer it raises :class:`ReplicaCountError` saying what to do (``needed_by`` names the
     caller in the message).
     """
-    devices = _cpu_names(n, needed_by)
+    return _mirrored(_names("cpu", n, needed_by), all_reduce)
+
+
+def _mirrored(devices: list[str], all_reduce: str = "tensorflow") -> Any:
+    """The one ``MirroredStrategy`` of this process over ``devices`` (made on first use)."""
     if all_reduce not in ALL_REDUCES:
         raise ConfigError(f"all_reduce must be one of {', '.join(ALL_REDUCES)}, not {all_reduce!r}.")
-    if (n, all_reduce) not in _CPU_STRATEGIES:
+    key = (tuple(devices), all_reduce)
+    if key not in _MIRRORED:
         tf = _tf()
         ops = tf.distribute.ReductionToOneDevice() if all_reduce == "one_device" else None
         # Keys of its own, as TensorFlow's tests do, so that a MirroredStrategy a notebook cell
         # makes itself (keys from 0) cannot collide with the course's.
         cls = tf.distribute.MirroredStrategy
         saved = cls._collective_key_base
-        cls._collective_key_base = saved + 100_000 * (len(_CPU_STRATEGIES) + 1)
+        cls._collective_key_base = saved + 100_000 * (len(_MIRRORED) + 1)
         try:
-            _CPU_STRATEGIES[n, all_reduce] = cls(devices, cross_device_ops=ops)
+            _MIRRORED[key] = cls(devices, cross_device_ops=ops)
         finally:
             cls._collective_key_base = saved
-    return _CPU_STRATEGIES[n, all_reduce]
+    return _MIRRORED[key]
 
 
-#: ``tensorflow``: TensorFlow's own choice (a collective ring on CPUs); ``one_device``:
-#: ``ReductionToOneDevice``.
+#: ``tensorflow``: TensorFlow's own choice (a collective ring on CPUs and on the logical GPUs of one
+#: GPU, NCCL on several GPUs); ``one_device``: ``ReductionToOneDevice``.
 ALL_REDUCES = ("tensorflow", "one_device")
 
 
-#: One MirroredStrategy per replica count and process. Every new MirroredStrategy numbers its
-#: collective all-reduces from the same keys, so two of them over the same devices can abort each
-#: other's collectives ("Collective instance 100 expected type ...", "Shape mismatch in the
-#: collective instance 100"), and every later collective of the process with them; re-running a
-#: cell or a check therefore gets the same strategy back, with keys no other strategy uses.
-_CPU_STRATEGIES: dict[tuple[int, str], Any] = {}
+#: One MirroredStrategy per set of devices (CPUs or GPUs) and process. Every new MirroredStrategy
+#: numbers its collective all-reduces from the same keys, so two of them can abort each other's
+#: collectives ("Collective instance 100 expected type ...", "Shape mismatch in the collective
+#: instance 100"), and every later collective of the process with them; re-running a cell or a
+#: check therefore gets the same strategy back, with keys no other strategy uses.
+_MIRRORED: dict[tuple[tuple[str, ...], str], Any] = {}
 
 
 def one_device(device: str) -> Any:
@@ -145,13 +156,11 @@ def connect_tpu(tpu: str = "local") -> Any:
 def _build_mirrored(choice: Choice) -> Any:
     if choice.cpus:
         return mirrored_cpus(choice.cpus, needed_by="The strategy")
-    return _tf().distribute.MirroredStrategy(list(choice.devices))  # these GPUs
+    return _mirrored(_names("gpu", choice.gpus, "The strategy"))  # these GPUs, logical ones on one GPU
 
 
 def _build_central_storage(choice: Choice) -> Any:
-    devices = list(choice.devices)
-    if choice.cpus:
-        devices = _cpu_names(choice.cpus, "The strategy")
+    devices = _names("cpu" if choice.cpus else "gpu", len(choice.devices), "The strategy")
     return _tf().distribute.experimental.CentralStorageStrategy(
         compute_devices=devices, parameter_device="/cpu:0"
     )
@@ -259,7 +268,11 @@ def _reason(choice: Choice) -> str:
     if choice.auto:
         if choice.kind == "tpu":
             return "auto: found a TPU"
-        gpus = len(choice.devices) - choice.cpus
+        gpus = choice.gpus
+        if choice.split_gpu:
+            return f"auto: found 1 GPU, split into {gpus} logical GPUs; COURSE_REPLICAS=1 for one device"
+        if gpus == 1:
+            return "auto: found 1 GPU, and COURSE_REPLICAS=1: one device"
         if gpus:
             return f"auto: found {_plural(gpus, 'GPU')}"
         if choice.cpus > 1:
@@ -283,7 +296,7 @@ def in_words(choice: Choice, strategy: Any = None, *, reason: bool = False) -> s
         where = ", ".join(_short_device(d) for d in _strategy_devices(strategy))
         text = f"{strategy_name(strategy)} with {_plural(replicas, 'replica')} on {where}"
     else:
-        cpus, gpus = choice.cpus, len(choice.devices) - choice.cpus
+        cpus, gpus = choice.cpus, choice.gpus
         if choice.kind == "tpu":
             text = f"{name} over the TPU's cores"
         elif choice.kind == "multi_worker":
@@ -293,7 +306,8 @@ def in_words(choice: Choice, strategy: Any = None, *, reason: bool = False) -> s
         elif len(choice.devices) == 1 and STRATEGIES[choice.kind].spread == "one":
             text = f"{name} on {choice.devices[0]}"
         else:
-            text = f"{name} over {_plural(gpus, 'GPU') if gpus else _plural(cpus, 'virtual CPU')}"
+            gpu = "logical GPU" if choice.split_gpu else "GPU"
+            text = f"{name} over {_plural(gpus, gpu) if gpus else _plural(cpus, 'virtual CPU')}"
         if strategy is not None:  # not a strategy: a stand-in (notebook 06 builds fakes)
             text += f": {strategy!r}"
     why = _reason(choice) if reason else ""
