@@ -3,6 +3,7 @@
 #   make test     set up (first time) and run every test: authoring check, lint, unit, nbval x4
 #                 (2 strategies x 2 float settings)
 #   make test-colab  every notebook on Colab's versions (requirements-colab.txt), in .venv-colab
+#   make test-colab-tpu  notebook 11 on Colab's TPU runtime's versions, no TensorFlow, in .venv-colab-tpu
 #   make grade SUBMISSIONS="path ..." OUT=grades
 #   make slides   reveal.js decks of every master (with outputs) in build/slides/
 #   make demo NB=03   run notebook 03's demo path (cells tagged `demo`) in a fresh kernel, timed
@@ -20,7 +21,7 @@ NBVAL := $(PY) -m pytest --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg 
          --nbval-cell-timeout=600 --durations=0 -p no:cacheprovider \
          $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),solutions)
 
-.PHONY: setup lab test test-colab lint unit nbval nbval-default nbval-mirrored nbval-default-shaken nbval-mirrored-shaken notebooks check outputs grade bench slides demo timings clean
+.PHONY: setup lab test test-colab test-colab-tpu lint unit nbval nbval-default nbval-mirrored nbval-default-shaken nbval-mirrored-shaken notebooks check outputs grade bench slides demo timings clean
 
 setup: $(STAMP)
 
@@ -100,6 +101,32 @@ test-colab: $(COLAB_STAMP)
 	    --nbval-sanitize-with .cache/nbval_sanitize_colab.cfg --nbval-cell-timeout=600 --durations=0 \
 	    -p no:cacheprovider $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),solutions)
 
+# Colab's TPU runtime (requirements-colab-tpu.txt: Keras on JAX, no TensorFlow; CPU JAX in place
+# of libtpu) in its own environment, for the notebook written for it: notebook 11's master under
+# strict nbval (version numbers masked), then its student copy run with every exercise blank,
+# each check giving its one-line hint (tests/test_exercises.py).
+COLAB_TPU_VENV := .venv-colab-tpu
+COLAB_TPU_STAMP := $(COLAB_TPU_VENV)/.installed
+COLAB_TPU_NB := 11_keras_distribution_on_jax
+
+$(COLAB_TPU_STAMP): requirements-colab-tpu.txt pyproject.toml
+	@test -x $(COLAB_TPU_VENV)/bin/python || $(COLAB_PYTHON) -m venv $(COLAB_TPU_VENV)
+	$(COLAB_TPU_VENV)/bin/python -m pip install -q --upgrade pip
+	$(COLAB_TPU_VENV)/bin/python -m pip install -q -r requirements-colab-tpu.txt
+	$(COLAB_TPU_VENV)/bin/python -m pip install -q --no-deps -e .
+	@touch $(COLAB_TPU_STAMP)
+
+test-colab-tpu: $(COLAB_TPU_STAMP)
+	@mkdir -p .cache
+	@$(COLAB_TPU_VENV)/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('tensorflow') \
+	    and 'TensorFlow is installed in $(COLAB_TPU_VENV); the TPU runtime has none')"
+	cat tests/nbval_sanitize.cfg tests/nbval_sanitize_colab.cfg > .cache/nbval_sanitize_colab_tpu.cfg
+	$(TEST_ENV) $(COLAB_TPU_VENV)/bin/python -m pytest --nbval \
+	    --nbval-sanitize-with .cache/nbval_sanitize_colab_tpu.cfg --nbval-cell-timeout=600 --durations=0 \
+	    -p no:cacheprovider solutions/$(COLAB_TPU_NB).ipynb
+	$(TEST_ENV) $(COLAB_TPU_VENV)/bin/python -m pytest -p no:cacheprovider --student-copy $(COLAB_TPU_NB) \
+	    tests/test_exercises.py::test_student_copy_run_whole_gives_one_line_hints
+
 # Every master under strict nbval on this machine's GPUs, COURSE_STRATEGY=auto (one GPU is split
 # into 2 logical GPUs, several are used as they are), with the sanitizers of `make test`; then one
 # line per notebook naming the cells that differ. Refuses in one line where TensorFlow sees no GPU.
@@ -131,4 +158,5 @@ bench: setup
 	$(PY) -m course_tools.bench
 
 clean:
-	rm -rf solutions/scratch notebooks/scratch .cache/keras-test .cache/nbval_sanitize_colab.cfg
+	rm -rf solutions/scratch notebooks/scratch .cache/keras-test .cache/nbval_sanitize_colab.cfg \
+	    .cache/nbval_sanitize_colab_tpu.cfg

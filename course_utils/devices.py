@@ -197,9 +197,9 @@ def use_op_threads(n: int) -> int:
 
 def in_colab() -> bool:
     """True inside Google Colab."""
-    import importlib.util
+    from importlib.util import find_spec  # "google" first: without it, find_spec("google.colab") raises
 
-    return "COLAB_RELEASE_TAG" in os.environ or importlib.util.find_spec("google.colab") is not None
+    return "COLAB_RELEASE_TAG" in os.environ or bool(find_spec("google") and find_spec("google.colab"))
 
 
 def in_ci() -> bool:

@@ -8,6 +8,7 @@ run in a fresh process with ``course_utils.run_python``).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -20,7 +21,20 @@ os.environ.setdefault("COURSE_OFFLINE", "1")
 os.environ.setdefault("COURSE_FAST", "1")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--student-copy",
+        action="append",
+        default=[],
+        metavar="NN",
+        help="also run the student copies notebooks/NN*.ipynb with every exercise blank "
+        "(tests/test_exercises.py; make test-colab-tpu names 11)",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if importlib.util.find_spec("tensorflow") is None:
+        return  # a stack without TensorFlow (Colab's TPU runtime, make test-colab-tpu): nothing to split
     from course_utils.devices import use_virtual_cpus
     from course_utils.runtime import import_tensorflow
 

@@ -7,12 +7,18 @@ devices, as in the notebook, which prints one line per answer (``pass`` or the h
 
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 
+import nbformat
 import pytest
 
 from course_utils.lessons.keras_on_jax import use_jax_backend
 from course_utils.processes import last_result, run_python
+
+ROOT = Path(__file__).resolve().parents[1]
+MASTER = ROOT / "solutions" / "11_keras_distribution_on_jax.ipynb"
 
 ANSWERS = r"""
 import os
@@ -172,3 +178,143 @@ def test_keras_started_on_another_backend_says_restart() -> None:
 
     with pytest.raises(ConfigError, match="restart the kernel"):
         use_jax_backend(2, {})
+
+
+# --------------------------------------------------------------------------- device counts
+# The checks and the notebook's device cell choose their 2 devices and their one device by one rule;
+# each branch is run here on JAX's CPU devices: 1 device (nothing to split), 2 (the CI's), 8 (a v5e-8:
+# 2 of its 8), and a one-chip v5e-1 played by 3 CPU devices whose last one is "the chip", the
+# platform's only device and JAX's default device: the lessons fall back to the first 2 CPU devices,
+# and the one device of every comparison is the first of them, not the chip.
+
+BRANCHES = r"""
+from course_utils import config
+from course_utils.lessons.keras_on_jax import setup_jax
+
+setup_jax(config.load(), cpus=2, show_report=False)
+import jax
+import jax.numpy as jnp
+import keras
+import numpy as np
+
+from course_utils.errors import ExerciseError
+from course_utils.exercises import keras_distribution_on_jax as ex
+from course_utils.processes import print_result
+
+if ONE_CHIP:
+    chip, all_devices = jax.devices("cpu")[-1], jax.devices
+    jax.devices = lambda backend=None: [chip] if backend is None else all_devices(backend)
+    jax.config.update("jax_default_device", chip)
+
+per_example = lambda y, logits: keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+answers = {
+    "right": lambda y, logits: jnp.mean(per_example(y, logits)),
+    "per-device batch": lambda y, logits: jnp.sum(per_example(y, logits)) / (len(y) // 2),
+}
+outcome = {}
+for name, answer in answers.items():
+    try:
+        ex.check_port_loss(answer)
+        outcome[name] = "pass"
+    except ExerciseError as error:
+        outcome[name] = str(error)
+result = {"outcome": outcome, "cpus": len(jax.devices("cpu"))}
+try:
+    devices = ex.two_devices()
+    result["two"] = [d.id for d in devices]
+    with ex.same_footing(devices):
+        _, _, model = ex.train_update(None, steps=1)
+        result["precision"] = jax.config.jax_default_matmul_precision
+    result["one"] = sorted(d.id for d in model.trainable_variables[0].value.devices())
+    result["precision after"] = jax.config.jax_default_matmul_precision
+except ExerciseError as error:
+    result["two"] = str(error)
+namespace = {"jax": jax}
+try:
+    exec(CELL, namespace)
+    result["notebook"] = {"two": [d.id for d in namespace["DEVICES"]], "one": jax.config.jax_default_device.id,
+                          "precision": jax.config.jax_default_matmul_precision}
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3)])  # fit with no distribution
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(np.zeros((4, 8), "float32"), np.zeros((4, 3), "float32"), verbose=0)
+    result["notebook"]["fit"] = sorted(d.id for d in model.trainable_variables[0].value.devices())
+except AssertionError as error:
+    result["notebook"] = str(error)
+print_result(result)
+"""
+
+
+def _device_cell() -> str:
+    cells = [c.source for c in nbformat.read(MASTER, as_version=4).cells if "DEVICES = (" in c.source]
+    assert len(cells) == 1, "notebook 11 should choose its DEVICES in one cell"
+    return cells[0]
+
+
+def _branch(cpus: int, one_chip: bool = False) -> dict:
+    code = f"ONE_CHIP = {one_chip}\nCELL = {_device_cell()!r}\n" + BRANCHES
+    flags = f"--xla_force_host_platform_device_count={cpus}"
+    result = run_python(code, env={"KERAS_BACKEND": "jax", "XLA_FLAGS": flags}, timeout=600)
+    assert result.ok, result.stderr[-2000:]
+    data = last_result(result.stdout)
+    assert data["cpus"] == cpus
+    return data
+
+
+def _judged_on_two(data: dict) -> None:
+    """Right passes; the per-device divisor is 2.00x: the checks compare 2 devices, whatever there are."""
+    assert data["outcome"]["right"] == "pass"
+    assert "2.00x" in data["outcome"]["per-device batch"], data["outcome"]
+
+
+@pytest.mark.parametrize("cpus", [2, 8])
+def test_two_or_more_devices_use_the_first_two(cpus: int) -> None:
+    data = _branch(cpus)
+    _judged_on_two(data)
+    assert data["two"] == [0, 1] and data["one"] == [0]
+    assert data["precision"] == "float32" and data["precision after"] is None  # set for the check only
+    assert data["notebook"] == {"two": [0, 1], "one": 0, "precision": "float32", "fit": [0]}
+
+
+def test_one_chip_falls_back_to_cpu_devices_on_both_sides() -> None:
+    """A v5e-1: 2 CPU devices, and one device is the first of them, not the chip (JAX's default)."""
+    data = _branch(3, one_chip=True)
+    _judged_on_two(data)
+    assert data["two"] == [0, 1]
+    assert data["one"] == [0], "the checks' one device should be the first of the two, not the default"
+    assert data["notebook"] == {"two": [0, 1], "one": 0, "precision": "float32", "fit": [0]}
+
+
+def test_one_device_says_restart() -> None:
+    data = _branch(1)
+    for message in [*data["outcome"].values(), data["two"]]:
+        assert "needs 2 JAX devices" in message and "\n" not in message, message
+    assert re.search(r"needs 2 devices: restart the kernel", data["notebook"]), data["notebook"]
+
+
+def test_the_tensorflow_figure_shown_without_tensorflow_is_notebook_05s() -> None:
+    """Where TensorFlow is absent, notebook 11 shows notebook 05's stored factor: the same number."""
+    source = "\n".join(c.source for c in nbformat.read(MASTER, as_version=4).cells)
+    stored_11 = re.search(r"^NOTEBOOK_05_FACTOR = (\S+)", source, re.M)
+    nb05 = nbformat.read(ROOT / "solutions" / "05_loss_scaling_pitfalls.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in nb05.cells if c.cell_type == "code" for o in c.outputs)
+    stored_05 = re.search(r"SGD : update on 2 replicas = (\S+)x the single-device update", text)
+    assert stored_11 and stored_05
+    assert float(stored_11.group(1)) == float(stored_05.group(1))
+
+
+def test_the_report_knows_colab_without_a_google_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stack without TensorFlow may have no ``google`` package at all (make test-colab-tpu's has
+    none), and there ``find_spec("google.colab")`` raises instead of answering None."""
+    import importlib.util
+
+    from course_utils.devices import in_colab
+
+    def find_spec(name: str) -> None:  # as importlib's, where there is no `google` package
+        if name.startswith("google."):
+            raise ModuleNotFoundError("No module named 'google'")
+
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    assert in_colab() is False
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-20260801")
+    assert in_colab() is True

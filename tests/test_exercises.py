@@ -6,6 +6,9 @@ notebook is then run as the grader runs a student who changed nothing: the check
 with an ExerciseError (a hint), not another exception, and what Jupyter shows under it must be
 that one-line hint, not a traceback. The master's answers and checks then run again in the same
 kernel and must pass: the context the grader keeps is enough, and a check re-run after a fix works.
+A student copy from notebooks/ can also be run whole, as a student opens it, every exercise blank
+(``--student-copy NN``; ``make test-colab-tpu`` does so for notebook 11 without TensorFlow): each
+check must show its one-line hint there too.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from course_tools.grading import code, context, course, extract
 ROOT = Path(__file__).resolve().parents[1]
 MASTERS = sorted((ROOT / "solutions").glob("*.ipynb"))
 WITH_EXERCISES = [p for p in MASTERS if authoring.exercises(nbformat.read(p, as_version=4))]
+#: How the blank versions run: the CI's default strategy, built-in data, a scratch folder per test.
+BLANK_ENV = {"COURSE_STRATEGY": "default", "COURSE_FAST": "1", "COURSE_OFFLINE": "1"}
 
 
 def _error_of(cell) -> tuple[str, str]:
@@ -36,6 +41,24 @@ def _error_of(cell) -> tuple[str, str]:
 def _shown(cell) -> list[str]:
     """What Jupyter shows under a failed cell: the traceback lines of its error output."""
     return [line for o in cell.get("outputs", []) if o.output_type == "error" for line in o.traceback]
+
+
+def _assert_one_line_hints(name: str, ids: list[str], checks: dict) -> None:
+    """Each check cell of a blank answer failed with an ExerciseError naming its exercise, shown
+    as that one line, not a traceback."""
+    for ident in ids:
+        cell = checks[ident]
+        ename, evalue = _error_of(cell)
+        assert ename == "ExerciseError", (
+            f"{name}: the check of {ident} should fail with an ExerciseError on the blank "
+            f"version, got {ename or 'no error'}: {evalue[:200]}"
+        )
+        assert ident in evalue, f"{name}: the hint of {ident} does not name the exercise"
+        shown = _shown(cell)
+        assert shown == [f"ExerciseError: {evalue}"], (
+            f"{name}: under the check of {ident} a student should see the one-line hint, "
+            f"not {len(shown)} lines of traceback"
+        )
 
 
 @pytest.mark.parametrize("path", MASTERS, ids=lambda p: p.stem)
@@ -93,26 +116,9 @@ def test_checks_fail_on_the_blank_version_then_pass_on_the_answers(path: Path, t
             cell.source = next(ex.placeholder for ex in nb.exercises if ex.id == exercise_id(cell))
         elif role(cell) == "check":
             (checks if index < half else fixed)[exercise_id(cell)] = cell
-    env = {
-        "COURSE_STRATEGY": "default",
-        "COURSE_FAST": "1",
-        "COURSE_OFFLINE": "1",
-        "COURSE_SCRATCH": str(tmp_path / "scratch"),
-    }
+    env = {**BLANK_ENV, "COURSE_SCRATCH": str(tmp_path / "scratch")}
     authoring.execute(graded, tmp_path, env, allow_errors=True)
-    for ex in nb.exercises:
-        cell = checks[ex.id]
-        ename, evalue = _error_of(cell)
-        assert ename == "ExerciseError", (
-            f"{path.name}: the check of {ex.id} should fail with an ExerciseError on the blank "
-            f"version, got {ename or 'no error'}: {evalue[:200]}"
-        )
-        assert ex.id in evalue, f"{path.name}: the hint of {ex.id} does not name the exercise"
-        shown = _shown(cell)
-        assert shown == [f"ExerciseError: {evalue}"], (
-            f"{path.name}: under the check of {ex.id} a student should see the one-line hint, "
-            f"not {len(shown)} lines of traceback"
-        )
+    _assert_one_line_hints(path.name, [ex.id for ex in nb.exercises], checks)
     for ex in nb.exercises:
         check = fixed[ex.id]
         assert _error_of(check) == ("", ""), (
@@ -121,3 +127,30 @@ def test_checks_fail_on_the_blank_version_then_pass_on_the_answers(path: Path, t
         )
         text = "".join(o.get("text", "") for o in check.outputs if o.output_type == "stream")
         assert f"[pass] {ex.id}" in text, f"{path.name}: the master's answer to {ex.id} did not pass"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``student_copy``: the copies in notebooks/ named by ``--student-copy NN`` (none by default:
+    a whole notebook per copy is too slow for ``make unit``, and the test above covers the blanks)."""
+    if "student_copy" not in metafunc.fixturenames:
+        return
+    prefixes = metafunc.config.getoption("--student-copy")
+    copies = [p for p in sorted((ROOT / "notebooks").glob("*.ipynb")) if p.name.startswith(tuple(prefixes))]
+    skip = pytest.mark.skip(reason="runs only the copies named with --student-copy NN")
+    params = [pytest.param(p, id=p.stem) for p in copies] or [pytest.param(None, id="none", marks=skip)]
+    metafunc.parametrize("student_copy", params)
+
+
+def test_student_copy_run_whole_gives_one_line_hints(student_copy: Path, tmp_path: Path) -> None:
+    """The student copy as a student opens it, run top to bottom with every exercise blank: the
+    cells before the first exercise run, and each check shows its one-line hint."""
+    nb = nbformat.read(student_copy, as_version=4)
+    exercises = authoring.exercises(nb)
+    assert exercises, f"{student_copy.name} has no exercises"
+    env = {**BLANK_ENV, "COURSE_SCRATCH": str(tmp_path / "scratch")}
+    authoring.execute(nb, tmp_path, env, allow_errors=True)
+    first = min(ex.solution_cell for ex in exercises)
+    failed = [(index, _error_of(cell)) for index, cell in enumerate(nb.cells[:first]) if _error_of(cell)[0]]
+    assert failed == [], f"{student_copy.name}: cells before the first exercise failed: {failed}"
+    checks = {exercise_id(cell): cell for cell in nb.cells if role(cell) == "check"}
+    _assert_one_line_hints(student_copy.name, [ex.id for ex in exercises], checks)

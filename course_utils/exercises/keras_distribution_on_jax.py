@@ -1,7 +1,10 @@
 """Notebook 11: the checks of its exercises (Keras 3's distribution API on JAX).
 
-Each check runs on two JAX devices (the accelerators when there are two, else the two CPU devices
-that the set-up cell asked XLA for) and compares with one device, as every check of the course does:
+Each check runs on two JAX devices (the first two accelerators when there are two or more, so 2 of a
+v5e-8's 8; else the two CPU devices that the set-up cell asked XLA for, so on a one-chip v5e-1 too) and
+compares with one device, as every check of the course does. Both sides stand on the same footing
+(:func:`same_footing`): the one device is the first of the two, and float32 matmuls run in float32 on
+both, since a TPU's default precision uses bfloat16 passes, far above float noise.
 
 * ``jax_shard_batch``: ``shard_batch(x, mesh)`` places a global batch on the mesh, split along its
   ``"batch"`` axis: each device holds its half of the examples, and a step on it gives one device's update;
@@ -16,8 +19,9 @@ Nothing here imports TensorFlow: the notebook runs where there is none (Colab's 
 
 from __future__ import annotations
 
+import contextlib
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
@@ -32,7 +36,8 @@ EXAMPLES, FEATURES, CLASSES = 16, 8, 3
 
 
 def two_devices() -> list:
-    """The first two JAX devices: the accelerators when there are two, else JAX's CPU devices."""
+    """The first two JAX devices: the accelerators when there are two or more, else JAX's CPU devices
+    (the rule of notebook 11's device cell)."""
     import jax
     import keras
 
@@ -47,6 +52,16 @@ def two_devices() -> list:
             "(it asks XLA for 2 CPU devices before JAX starts)."
         )
     return list(devices[:2])
+
+
+@contextlib.contextmanager
+def same_footing(devices: list) -> Iterator[None]:
+    """Both sides of a comparison alike: one device (no distribution) is ``devices[0]``, the same kind
+    as the two, and float32 matmuls run in float32 (a TPU's default uses bfloat16 passes)."""
+    import jax
+
+    with jax.default_device(devices[0]), jax.default_matmul_precision("float32"):
+        yield
 
 
 def check_data() -> tuple[np.ndarray, np.ndarray]:
@@ -181,8 +196,9 @@ def check_shard_batch(shard_batch: Callable[[Any, Any], Any]) -> None:
             "The first device should hold the first half of the batch, the second the second half.",
         )
         distribution = keras.distribution.DataParallel(devices=devices)
-        two, _, _ = train_update(distribution, place=lambda a: shard_batch(a, mesh))
-        one, _, _ = train_update(None)
+        with same_footing(devices):
+            two, _, _ = train_update(distribution, place=lambda a: shard_batch(a, mesh))
+            one, _, _ = train_update(None)
         _same_update(two, one, "A step on your sharded batch should give one device's update")
     passed("jax_shard_batch", "each device holds its 4 examples; a step on them gives one device's update.")
 
@@ -202,9 +218,10 @@ def check_port_loss(port_loss: Callable[[Any, Any], Any]) -> None:
             shape == (),
             f"Your loss has shape {shape}: return one number, the mean over the batch, not one per example.",
         )
-        one, one_loss, _ = train_update(None, steps=1)  # one SGD step: a mistake is an exact factor
         distribution = keras.distribution.DataParallel(devices=devices)
-        two, two_loss, _ = train_update(distribution, loss_of=port_loss, steps=1)
+        with same_footing(devices):  # one SGD step each: a mistake is an exact factor
+            one, one_loss, _ = train_update(None, steps=1)
+            two, two_loss, _ = train_update(distribution, loss_of=port_loss, steps=1)
         ratio = compare.factor(two, one)
         expect(
             not abs(ratio - len(devices)) < 1e-3,
@@ -281,7 +298,9 @@ def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
         problems = key_problems(list(layout_map.keys()), paths)
         expect(not problems, problems[0] if problems else "")
         distribution = keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
-        two, _, model = train_update(distribution)
+        with same_footing(devices):
+            two, _, model = train_update(distribution)
+            one, _, _ = train_update(None)
         up, down = model.get_layer("up").kernel, model.get_layer("down").kernel
         expect(_shard_shapes(up) != {(8, 16)}, 'block/up/kernel is not split: give it (None, "model").')
         expect(
@@ -294,7 +313,6 @@ def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
             'Split block/down/kernel by rows, ("model", None): each device then multiplies the half of '
             "the hidden units it computed.",
         )
-        one, _, _ = train_update(None)
         _same_update(two, one, "Split this way, the block should train as on one device")
     passed(
         "jax_tensor_parallel",
