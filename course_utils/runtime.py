@@ -8,6 +8,7 @@ same way), seeds, and prints the report.
 
 from __future__ import annotations
 
+import importlib.util
 import platform
 import warnings
 from typing import Any, Optional
@@ -24,7 +25,7 @@ from .devices import (
 )
 from .devices import import_tensorflow as import_tensorflow  # noqa: F401 - kept importable from here
 from .devices import quiet_native_logs as quiet_native_logs  # noqa: F401 - kept importable from here
-from .errors import ConfigError
+from .errors import ConfigError, CourseError, ExerciseError
 from .hardware import choose
 from .strategies import Choice, connect_tpu, in_words
 from .versions import check_versions as check_versions  # noqa: F401 - kept importable from here
@@ -57,9 +58,7 @@ def report(*, show: bool = True) -> str:
     tf = import_tensorflow()
     import keras
 
-    where = "Google Colab" if in_colab() else "local Jupyter or Python"
-    if in_ci():
-        where += " (CI)"
+    where = ("Google Colab" if in_colab() else "local Jupyter or Python") + (" (CI)" if in_ci() else "")
     env = settings()
     rows = [
         ("Python", platform.python_version()),
@@ -122,23 +121,25 @@ def setup(
 
         return setup_jax(load(), cpus=cpus or 2, seed=seed, show_report=show_report)
     env = load()
+    if importlib.util.find_spec("tensorflow") is None:  # as on Colab's TPU runtimes, since 2025
+        raise CourseError(
+            "TensorFlow is not installed here. On a TPU, notebook 11 runs Keras on JAX, and notebook 06's "
+            "cell after its set-up cell installs tensorflow-tpu; elsewhere pip install tensorflow."
+        )
     import_tensorflow()
     warnings.filterwarnings("ignore", module="tensorflow_datasets")
-    # Emitted whenever a distributed dataset is iterated inside tf.function: noise, not a lesson.
+    # Noise, not lessons: a distributed dataset read in a tf.function; "shuffle ignored" on every fit().
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
-    # Keras 3.15 warns on every fit() of a tf.data.Dataset that shuffle=True is ignored.
     warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
     choice = choose(env.strategy, env.replicas, connect=False)
     need = cpus_needed(env, choice, cpus)
-    # More virtual CPUs than needed (set-up re-run after a cell split into more) is fine:
-    # strategies use the first ones. The same holds for the logical GPUs of one GPU.
+    # More virtual CPUs or logical GPUs than needed (a set-up re-run) is fine: strategies use the first.
     if cpu_count() < need:
         use_virtual_cpus(need)
     if gpu_count() < gpus_needed(env, choice, cpus):  # never without a GPU: 0 < 0
         use_virtual_gpus(gpus_needed(env, choice, cpus))
     if physical_devices("GPU"):
-        # TensorFloat-32 (on by default on Ampere GPUs and newer: L4, H100) rounds float32 matmul
-        # inputs to 10 bits; the lessons compare updates to float32 noise, often with a CPU's.
+        # TensorFloat-32 (default from Ampere GPUs on) rounds matmul inputs; lessons compare float32 noise.
         import_tensorflow().config.experimental.enable_tensor_float_32_execution(False)
     if env.strategy == "tpu":
         connect_tpu()  # no TPU: say so now, in one line, not cells later
@@ -172,7 +173,5 @@ def show_course_errors_briefly() -> bool:
     shell = get_ipython()
     if shell is None or not hasattr(shell, "set_custom_exc"):
         return False
-    from .errors import CourseError, ExerciseError
-
     shell.set_custom_exc((CourseError, ExerciseError), _brief_error)
     return True

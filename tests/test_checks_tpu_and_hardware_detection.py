@@ -85,9 +85,12 @@ def replica_step(model, optimizer, images, labels, global_batch, mean=False):
     return loss
 
 
-def loop(build=True, drop=True, tensor_steps=True, per_call=True, mean=False, op="SUM", restart=False):
+def loop(
+    build=True, drop=True, tensor_steps=True, per_call=True, mean=False, op="SUM", restart=False, closure=True
+):
     """The TPU-ready loop; each flag off (``mean`` on, ``op="MEAN"``, ``restart`` on: a new
-    iterator for every call) plants one mistake."""
+    iterator for every call; ``closure`` off: the model and optimizer in ``strategy.run``'s args,
+    which TPUStrategy.run converts to tensors and fails) plants one mistake."""
 
     def tpu_ready_loop(strategy, model, optimizer, x, y, global_batch, steps_per_call):
         if build:
@@ -97,14 +100,20 @@ def loop(build=True, drop=True, tensor_steps=True, per_call=True, mean=False, op
         distributed = strategy.experimental_distribute_dataset(dataset)
         iterator = iter(distributed)
 
+        def step(images, labels):
+            return replica_step(model, optimizer, images, labels, global_batch, mean)
+
         @tf.function
         def train_steps(iterator, steps):
             total = tf.constant(0.0)
             for _ in tf.range(steps):
                 images, labels = next(iterator)
-                per_replica = strategy.run(
-                    replica_step, args=(model, optimizer, images, labels, global_batch, mean)
-                )
+                if closure:
+                    per_replica = strategy.run(step, args=(images, labels))
+                else:
+                    per_replica = strategy.run(
+                        replica_step, args=(model, optimizer, images, labels, global_batch, mean)
+                    )
                 total += strategy.reduce(op, per_replica, axis=None)
             return total / tf.cast(steps, tf.float32)
 
@@ -137,6 +146,17 @@ def test_tpu_ready_loop(capsys) -> None:
 
 def test_tpu_ready_loop_naive_loop_runs_eagerly() -> None:
     fails_with(ex.check_tpu_ready_loop, naive_loop, "Exercise tpu_ready_loop", "runs eagerly", "@tf.function")
+
+
+def test_tpu_ready_loop_model_in_strategy_run_args() -> None:
+    # The loop that passed on MirroredStrategy and fails on a TPU: TypeError, "Failed to convert
+    # elements of <Sequential ...> to Tensor".
+    fails_with(
+        ex.check_tpu_ready_loop,
+        loop(closure=False),
+        "On one device, strategy.run got a Sequential, a SGD in its args",
+        "pass only tensors to strategy.run; close over the model and optimizer",
+    )
 
 
 def test_tpu_ready_loop_unbuilt_optimizer() -> None:

@@ -10,11 +10,13 @@ strategies that then train are real, on the two virtual CPUs of the test process
 from __future__ import annotations
 
 import json
+import linecache
 import os
 import re
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any, Optional
 
@@ -59,7 +61,8 @@ CHAIN = "def choose_hardware("  # section 4: the chain
 REAL_CHAIN = "choose_hardware()\nstrategy = build_strategy(kind, found)"  # section 4: this machine
 CORES = 'cores = tf.config.list_logical_devices("TPU")'  # section 4: a cell that needs a TPU
 NAIVE = "def naive_loop("  # section 7: the eager strategy.run
-INSTALL = "INSTALL_TENSORFLOW_TPU = False"  # section 1: the guarded install
+INSTALL = "def tpu_chips():"  # section 1: the guarded install
+SOLUTION = "def tpu_ready_loop("  # section 8: the TPU-ready loop
 
 # --------------------------------------------------------------------------- a TensorFlow that asks a fake
 
@@ -96,13 +99,17 @@ class Topology:
 
 class TPUStrategy:
     """Stands in for ``TPUStrategy``: a real strategy whose ``run`` refuses a plain Python function
-    called eagerly with TensorFlow's own check (``validate_run_function``, what TPUStrategy.run calls)."""
+    called eagerly with TensorFlow's own check (``validate_run_function``, what TPUStrategy.run calls),
+    then converts every argument to a tensor as ``tpu.replicate`` does (a model there raises)."""
 
     def __init__(self, resolver: Any) -> None:
         self._strategy = tf.distribute.get_strategy()  # one replica, as on a one-core v5e-1
 
     def run(self, fn: Any, args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
         validate_run_function(fn)
+        for leaf in tf.nest.flatten((args, kwargs or {}), expand_composites=True):
+            if leaf is not None:
+                tf.convert_to_tensor(leaf)
         return self._strategy.run(fn, args=args, kwargs=kwargs, options=options)
 
     def __getattr__(self, name: str) -> Any:
@@ -178,7 +185,10 @@ def run_cells(machine: FakeMachine, capsys: pytest.CaptureFixture, *markers: str
     printed = {}
     capsys.readouterr()
     for marker in markers:
-        exec(compile(_source(cell(marker)), f"{NAME}: {marker}", "exec"), namespace)
+        source, filename = _source(cell(marker)), f"{NAME}: {marker}"
+        # AutoGraph reads a function's source (a tf.range loop in a tf.function): keep the cell's.
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        exec(compile(source, filename, "exec"), namespace)
         printed[marker] = capsys.readouterr().out
     return printed, namespace
 
@@ -254,34 +264,118 @@ def test_an_unexpected_failure_to_find_a_tpu_still_stops_the_notebook(capsys) ->
         run_cells(machine, capsys, DETECT)
 
 
+def test_the_tpu_ready_loop_gives_a_tpu_only_tensors(capsys) -> None:
+    """TPUStrategy.run converts every argument to a tensor: the solution closes over the model and
+    optimizer and trains on the fake TPU, where a model in strategy.run's args raises."""
+    out, ns = run_cells(FakeMachine(tpu=True), capsys, *ALL, SOLUTION)
+    strategy = ns["strategy"]
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3)])
+        optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+    train_steps, losses = ns["tpu_ready_loop"](strategy, model, optimizer, ns["x_toy"], ns["y_toy"], 8, 2)
+    assert train_steps.experimental_get_tracing_count() == 1 and len(losses) == 3
+
+    @tf.function
+    def model_in_args(images, labels):
+        return strategy.run(ns["replica_step"], args=(model, optimizer, images, labels, 8))
+
+    with pytest.raises(TypeError, match="Failed to convert elements of <Sequential"):
+        model_in_args(ns["x_toy"][:8], ns["y_toy"][:8])
+
+
+def test_re_running_the_chain_cells_reuses_the_strategy(capsys, no_tpu_error) -> None:
+    """Two MirroredStrategy objects over the same devices abort each other's all-reduces: running the
+    chain's cells again (run all, twice) returns the strategy already built."""
+    machine = FakeMachine(cpus=2, tpu_error=no_tpu_error)
+    made = []
+    fake = fake_tf(machine)
+
+    def mirrored(devices: list) -> Any:
+        made.append(devices)
+        return types.SimpleNamespace(num_replicas_in_sync=len(devices))
+
+    fake._replaced["distribute"]._replaced["MirroredStrategy"] = mirrored
+    namespace: dict[str, Any] = {"tf": fake}
+    for _ in range(2):
+        for marker in (CHAIN, REAL_CHAIN):
+            exec(compile(_source(cell(marker)), f"{NAME}: {marker}", "exec"), namespace)
+    assert len(made) == 1
+
+
 # --------------------------------------------------------------------------- the guarded install
 
 
-def test_the_install_cell_installs_nothing_unless_asked(capsys, monkeypatch) -> None:
+@pytest.mark.parametrize(
+    "tensorflow, devices, vendor, says",
+    [
+        (True, ["/dev/accel0"], "", "Nothing to install: this runtime has TensorFlow."),
+        (False, [], "", "Nothing to install: no TPU chips here"),
+        (False, ["/dev/vfio/0"], "0x10de", "Nothing to install: no TPU chips here"),  # a VFIO GPU
+        (False, ["/dev/accel0"], "", "Installed tensorflow-tpu 2.20.0"),  # TPU v2 to v4
+        (False, ["/dev/vfio/0"], "0x1ae0", "Installed tensorflow-tpu 2.20.0"),  # v5e and later
+    ],
+)
+def test_the_install_cell_installs_only_where_a_tpu_lacks_tensorflow(
+    capsys, monkeypatch, tmp_path, tensorflow, devices, vendor, says
+) -> None:
+    import glob
+    import importlib.util
+
+    (tmp_path / "vendor").write_text(vendor + "\n")
     calls: list[list[str]] = []
     monkeypatch.setattr(subprocess, "check_call", lambda args, **kwargs: calls.append(args))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if tensorflow else None)
+
+    def fake_glob(pattern: str) -> list[str]:
+        if pattern.startswith("/sys/kernel/iommu_groups/"):
+            return [str(tmp_path / "vendor")]
+        return [d for d in devices if d.startswith(pattern.split("*")[0].split("[")[0])]
+
+    monkeypatch.setattr(glob, "glob", fake_glob)
     install = cell(INSTALL)
     sources = [_source(c) for c in MASTER["cells"] if c["cell_type"] == "code"]
     assert "course_utils.setup(" in sources[0] and sources[1] == _source(install), "right after the set-up"
-    assert "ModuleNotFoundError" in sources[1] and "restart the runtime" in sources[1], "it says why and when"
+    assert "restart the runtime" in sources[1], "it says when"
 
     exec(_source(install), {})
-    assert calls == [] and capsys.readouterr().out == stored_stdout(install)
-
-    exec(_source(install).replace(INSTALL, "INSTALL_TENSORFLOW_TPU = True"), {})
-    assert calls == [
+    out = capsys.readouterr().out
+    assert out.startswith(says) and len(out.splitlines()) == 1
+    installs = says.startswith("Installed")
+    assert calls == (
         [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "tensorflow-tpu==2.20.0",
-            "-f",
-            "https://storage.googleapis.com/libtpu-tf-releases/index.html",
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "tensorflow-tpu==2.20.0",
+                "-f",
+                "https://storage.googleapis.com/libtpu-tf-releases/index.html",
+            ]
         ]
-    ]
-    assert "restart the runtime" in capsys.readouterr().out
+        if installs
+        else []
+    )
+
+
+def test_without_tensorflow_the_set_up_cell_points_to_the_install_cell(monkeypatch) -> None:
+    """On a TPU runtime without TensorFlow the set-up cell stops first: its one line says where to go."""
+    import importlib.util
+
+    from course_utils import runtime
+    from course_utils.errors import CourseError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "tensorflow" else real(name)
+    )
+    with pytest.raises(CourseError, match="notebook 06's cell after its set-up cell installs tensorflow-tpu"):
+        runtime.setup(cpus=2, show_report=False)
+
+
+def test_the_stored_install_cell_found_tensorflow() -> None:
+    assert stored_stdout(cell(INSTALL)) == "Nothing to install: this runtime has TensorFlow.\n"
 
 
 def test_the_notebook_asks_colab_for_a_cpu_runtime() -> None:

@@ -8,7 +8,8 @@ with what one device does:
   ``strategy.distribute_datasets_from_function``: static per-replica batches whose replicas together
   hold one device's batch at every step, and one share of the examples per input pipeline (host).
 * ``tpu_ready_loop``: the notebook's naive loop with its four TPU faults fixed: one ``tf.function``
-  trace, several steps per call, static shapes, a built optimizer, and the weights one device gets.
+  trace, only tensors in ``strategy.run``'s args (``TPUStrategy.run`` converts every one to a tensor),
+  several steps per call, static shapes, a built optimizer, and the weights one device gets.
 * ``global_batches``: a prediction of the global batch on three machines (arithmetic).
 """
 
@@ -239,6 +240,37 @@ def _reference(weights: list, restart: bool = False) -> tuple[np.ndarray, list[f
     return compare.flat(model.trainable_variables) - before, [float(np.mean(c)) for c in calls]
 
 
+def _not_tensors(structure: Any) -> list[str]:
+    """The type names of the leaves of ``structure`` that are no tensor and cannot become one: what
+    ``TPUStrategy.run`` refuses, since ``tpu.replicate`` converts every argument to a tensor."""
+    tf = _tf()
+    refused = []
+    for leaf in tf.nest.flatten(structure, expand_composites=True):
+        if leaf is None or isinstance(leaf, (tf.Tensor, tf.Variable, tf.distribute.DistributedValues)):
+            continue
+        try:
+            tf.convert_to_tensor(leaf)
+        except (TypeError, ValueError):
+            refused.append(type(leaf).__name__)
+    return refused
+
+
+class _Watched:
+    """The strategy the check hands to the student's loop: every call passes through, and
+    ``strategy.run`` also notes the arguments that ``TPUStrategy.run`` could not take."""
+
+    def __init__(self, strategy: Any) -> None:
+        self._strategy = strategy
+        self.refused: list[str] = []
+
+    def run(self, fn: Any, args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
+        self.refused += _not_tensors((args, kwargs or {}))
+        return self._strategy.run(fn, args=args, kwargs=kwargs, options=options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._strategy, name)
+
+
 def _run_loop(strategy: Any, tpu_ready_loop: Callable[..., Any], weights: list) -> dict[str, Any]:
     """The student's loop on ``strategy`` from ``weights``, with an optimizer made (not built) in its scope."""
     x, y = check_data()
@@ -247,7 +279,8 @@ def _run_loop(strategy: Any, tpu_ready_loop: Callable[..., Any], weights: list) 
         model.set_weights(weights)
         optimizer = _optimizer()
     before = compare.flat(model.trainable_variables)
-    result = tpu_ready_loop(strategy, model, optimizer, x, y, GLOBAL_BATCH, STEPS_PER_CALL)
+    watched = _Watched(strategy)
+    result = tpu_ready_loop(watched, model, optimizer, x, y, GLOBAL_BATCH, STEPS_PER_CALL)
     expect(
         isinstance(result, tuple) and len(result) == 2,
         "tpu_ready_loop should return (train_steps, losses): the tf.function that ran the steps and "
@@ -256,6 +289,7 @@ def _run_loop(strategy: Any, tpu_ready_loop: Callable[..., Any], weights: list) 
     function, losses = result
     return dict(
         function=function,
+        refused=watched.refused,
         losses=[float(v) for v in losses],
         shapes=list(recorder.shapes),
         steps=int(optimizer.iterations.numpy()),
@@ -271,6 +305,12 @@ def _judge(run: dict[str, Any], where: str) -> None:
         hasattr(run["function"], "experimental_get_tracing_count"),
         f"{where} no tf.function ran the steps (train_steps is {type(run['function']).__name__}): "
         "strategy.run runs eagerly, which a TPU cannot. Call it inside a @tf.function and return that function.",
+    )
+    expect(
+        not run["refused"],
+        f"{where} strategy.run got a {', a '.join(dict.fromkeys(run['refused']))} in its args, which "
+        "TPUStrategy.run cannot turn into a tensor: pass only tensors to strategy.run; close over the "
+        "model and optimizer.",
     )
     expect(
         not run["built_by_a_step"],
@@ -364,7 +404,8 @@ def check_tpu_ready_loop(tpu_ready_loop: Callable[..., Any]) -> None:
 
 # --------------------------------------------------------------------------- global_batches
 
-#: Machines of the exercise global_batches: how many replicas TPUStrategy makes on each TPU runtime.
+#: Machines of the exercise global_batches: how many replicas TPUStrategy makes on each TPU runtime
+#: (Colab's retired v2-8: a device per core; a v5e-1: one chip, one core).
 TPU_REPLICAS = {"v2-8": 8, "v5e-1": 1}
 PER_REPLICA = 64
 
@@ -390,10 +431,12 @@ def check_global_batches(global_batches: Callable[[], Any]) -> None:
         v28 = guess["v2-8"]
         expect(
             v28 != 4 * PER_REPLICA,
-            f"v2-8: {v28} counts its 4 chips, but each chip has 2 cores and TPUStrategy makes one "
-            "replica per core.",
+            f"v2-8: {v28} counts its 4 chips, but each chip of the retired v2-8 had 2 cores, each a "
+            "TPU device TensorFlow lists, and TPUStrategy makes one replica per device.",
         )
-        expect(v28 == want["v2-8"], f"v2-8: 8 cores, one replica each; {v28} is not 8 x 64.")
+        expect(
+            v28 == want["v2-8"], f"v2-8: 8 cores, one TPU device and one replica each; {v28} is not 8 x 64."
+        )
         v5e = guess["v5e-1"]
         expect(
             v5e == want["v5e-1"],
