@@ -1,9 +1,8 @@
 """Every notebook: the set-up call of the first code cell, and the runtime report.
 
 :func:`setup` reads the ``COURSE_*`` settings (the one read, kept by :mod:`course_utils.config`),
-starts TensorFlow quietly, splits the CPU into the virtual CPUs the notebook needs (the one split;
-``setup(cpus=4)`` for a notebook that runs 1, 2 and 4 replicas; a machine's one GPU is split the
-same way), seeds, and prints the report.
+starts TensorFlow quietly, splits the CPU (and a machine's one GPU) into the devices the notebook
+needs (the one split; ``setup(cpus=4)`` for 1, 2 and 4 replicas), seeds, and prints the report.
 """
 
 from __future__ import annotations
@@ -137,8 +136,8 @@ def setup(
     if gpu_count() < gpus_needed(env, choice, cpus):  # never without a GPU: 0 < 0
         use_virtual_gpus(gpus_needed(env, choice, cpus))
     if physical_devices("GPU"):
-        # TensorFloat-32 (on by default on Ampere GPUs and newer: L4, H100) rounds float32 matmul
-        # inputs to 10 bits; the lessons compare updates to float32 noise, often with a CPU's.
+        # TensorFloat-32 (on by default on Ampere GPUs and newer: L4, H100) rounds the inputs of float32
+        # matmuls and convolutions to a 10-bit mantissa; the lessons compare updates to float32 noise.
         import_tensorflow().config.experimental.enable_tensor_float_32_execution(False)
     if env.strategy == "tpu":
         connect_tpu()  # no TPU: say so now, in one line, not cells later
