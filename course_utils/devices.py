@@ -130,10 +130,8 @@ def use_virtual_gpus(n: int) -> list[str]:
     which all-reduce a ``MirroredStrategy`` gets there: :func:`course_utils.hardware.plan_hardware`."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"use_virtual_gpus needs a whole number >= 1, not {n!r}.")
-    if len(physical_devices("GPU")) != 1:
-        raise ConfigError(
-            f"use_virtual_gpus splits one GPU; this machine has {len(physical_devices('GPU'))}."
-        )
+    if (gpus := len(physical_devices("GPU"))) != 1:
+        raise ConfigError(f"use_virtual_gpus splits one GPU; this machine has {gpus}.")
     memory = max(1024, GPU_SPLIT_MB // n)
     return _split("GPU", n, [_tf().config.LogicalDeviceConfiguration(memory_limit=memory)] * n)
 

@@ -131,7 +131,7 @@ def plan_hardware(
     ``OneDeviceStrategy``), which :func:`course_utils.setup` makes. Why one GPU is split, untested on
     a real GPU: TensorFlow's own tf.distribute tests split one GPU into two logical GPUs of 2048 MB
     (``distribute/test_util.py``), and a ``MirroredStrategy`` over them gets TensorFlow's collective
-    all-reduce with the RING implementation, since NCCL needs one physical GPU per device
+    all-reduce with the RING implementation, TensorFlow's rule wherever GPUs are split into logical ones
     (``_make_collective_ops_with_fallbacks`` in ``mirrored_strategy.py``, TensorFlow 2.20 and 2.21).
     """
     if find_tpu is None:

@@ -1,9 +1,8 @@
 """Every notebook: the set-up call of the first code cell, and the runtime report.
 
 :func:`setup` reads the ``COURSE_*`` settings (the one read, kept by :mod:`course_utils.config`),
-starts TensorFlow quietly, splits the CPU into the virtual CPUs the notebook needs (the one split;
-``setup(cpus=4)`` for a notebook that runs 1, 2 and 4 replicas; a machine's one GPU is split the
-same way), seeds, and prints the report.
+starts TensorFlow quietly, splits the CPU (and a machine's one GPU) into the devices the notebook
+needs (the one split; ``setup(cpus=4)`` for 1, 2 and 4 replicas), seeds, and prints the report.
 """
 
 from __future__ import annotations

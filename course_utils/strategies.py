@@ -60,12 +60,13 @@ class Choice:
 def _names(kind: str, n: int, needed_by: str) -> list[str]:
     """``/cpu:0`` ... ``/cpu:{n-1}`` (or ``/gpu:``), or :class:`ReplicaCountError` when TensorFlow has fewer."""
     have = cpu_count() if kind == "cpu" else gpu_count()
-    if have < n:
-        split = f"course_utils.setup(cpus={n}), or course_utils.use_virtual_{kind}s({n})"
+    if have < n:  # a GPU: COURSE_REPLICAS, as use_virtual_gpus refuses a machine with several GPUs
+        how = f"course_utils.use_virtual_cpus({n})" if kind == "cpu" else f"COURSE_REPLICAS={n},"
         raise ReplicaCountError(
             f"{needed_by} needs {n} replicas, but TensorFlow has {have} {kind.upper()} device"
-            f"{'s' if have != 1 else ''}. Restart the kernel and run the notebook from the top: its "
-            f"set-up cell splits the {kind.upper()} ({split} before anything else uses TensorFlow)."
+            f"{'s' if have != 1 else ''}. Restart the kernel and run the notebook from the top: its set-up "
+            f"cell splits the {kind.upper()} (course_utils.setup(cpus={n}), or {how} before anything else "
+            "uses TensorFlow)."
         )
     return [f"/{kind}:{i}" for i in range(n)]
 

@@ -229,7 +229,8 @@ def test_one_gpu_is_split_into_two_logical_gpus() -> None:
     ],
 )
 def test_auto_on_gpus(gpus, replicas, kind, devices, words, monkeypatch) -> None:
-    """One GPU and COURSE_REPLICAS unset: 2 logical GPUs; COURSE_REPLICAS=1: the GPU as one device;
+    """One GPU and COURSE_REPLICAS unset: 2 logical GPUs; COURSE_REPLICAS=1: OneDeviceStrategy on
+    /gpu:0, the first logical GPU in a notebook (its setup(cpus=2) splits the GPU all the same);
     2 or more GPUs: all of them, as before, whatever COURSE_REPLICAS says."""
     from course_utils import config, hardware
     from course_utils.strategies import in_words
@@ -306,15 +307,21 @@ def test_several_gpus_keep_nccl(monkeypatch) -> None:
     assert (type(ops).__name__, ops._options.implementation.name) == ("CollectiveAllReduce", "NCCL")
 
 
-def test_split_gpu_strategy_without_the_split_says_restart() -> None:
-    """This machine has no GPU, so no logical GPUs: building says what to do, in one line."""
+def test_split_gpu_strategy_without_the_split_says_restart(monkeypatch) -> None:
+    """TensorFlow has no logical GPUs (listed as none, whatever this machine has): building says what
+    to do, in one line, naming COURSE_REPLICAS (use_virtual_gpus refuses a machine with several GPUs)."""
+    from course_utils import strategies
     from course_utils.errors import ReplicaCountError
     from course_utils.strategies import build_strategy
 
+    monkeypatch.setattr(strategies, "gpu_count", lambda: 0)
     with pytest.raises(ReplicaCountError) as info:
         build_strategy(_plan(FakeMachine(gpus=1, cpus=2)).choice())
-    assert str(info.value).startswith("The strategy needs 2 replicas, but TensorFlow has 0 GPU devices.")
-    assert "course_utils.use_virtual_gpus(2)" in str(info.value)
+    assert str(info.value) == (
+        "The strategy needs 2 replicas, but TensorFlow has 0 GPU devices. Restart the kernel and run the "
+        "notebook from the top: its set-up cell splits the GPU (course_utils.setup(cpus=2), or "
+        "COURSE_REPLICAS=2, before anything else uses TensorFlow)."
+    )
 
 
 @pytest.mark.parametrize(
@@ -361,11 +368,14 @@ def test_the_report_says_the_gpu_is_split(monkeypatch) -> None:
     assert runtime.training_line(config.read({})) == f"MirroredStrategy over 2 logical GPUs ({SPLIT_WORDS})"
 
 
-def test_use_virtual_gpus_needs_one_gpu() -> None:
+@pytest.mark.parametrize("gpus", [0, 2])
+def test_use_virtual_gpus_needs_one_gpu(gpus, monkeypatch) -> None:
+    from course_utils import devices
     from course_utils.devices import use_virtual_gpus
     from course_utils.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="use_virtual_gpus splits one GPU; this machine has 0"):
+    monkeypatch.setattr(devices, "physical_devices", FakeMachine(gpus=gpus).list_devices)
+    with pytest.raises(ConfigError, match=f"use_virtual_gpus splits one GPU; this machine has {gpus}"):
         use_virtual_gpus(2)
     with pytest.raises(ConfigError, match="whole number"):
         use_virtual_gpus(0)
