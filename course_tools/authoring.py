@@ -61,7 +61,7 @@ BADGES = (
 
 SETUP = """\
 # Set-up. On Colab (or wherever course_utils is missing) this installs the course helpers
-# without touching the runtime's own TensorFlow; then it reports what this runtime has.
+# without touching the runtime's own packages; then it reports what this runtime has.
 import importlib.util
 import subprocess
 import sys

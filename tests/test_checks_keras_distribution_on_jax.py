@@ -62,12 +62,14 @@ ANSWERS = {
     "shard_batch one device": (ex.check_shard_batch, lambda x, mesh: jax.device_put(x)),
     "shard_batch replicated": (ex.check_shard_batch, lambda x, mesh: jax.device_put(x, NamedSharding(mesh, P()))),
     "shard_batch features": (ex.check_shard_batch, lambda x, mesh: jax.device_put(x, NamedSharding(mesh, P(None, "batch")))),
+    "shard_batch two dims": (ex.check_shard_batch, lambda x, mesh: jax.device_put(x, NamedSharding(mesh, P("batch", None)))),
     "shard_batch blank": (ex.check_shard_batch, blank),
     "port_loss right": (ex.check_port_loss, lambda y, logits: jnp.mean(per_example(y, logits))),
     "port_loss sum over len": (ex.check_port_loss, lambda y, logits: jnp.sum(per_example(y, logits)) / len(y)),
     "port_loss per-device batch": (ex.check_port_loss, lambda y, logits: jnp.sum(per_example(y, logits)) / (len(y) // 2)),
     "port_loss sum": (ex.check_port_loss, lambda y, logits: jnp.sum(per_example(y, logits))),
     "port_loss over devices": (ex.check_port_loss, lambda y, logits: jnp.mean(per_example(y, logits)) / 2),
+    "port_loss 04's divisor": (ex.check_port_loss, lambda y, logits: jnp.sum(per_example(y, logits)) / (len(y) * 2)),
     "port_loss per example": (ex.check_port_loss, lambda y, logits: per_example(y, logits)),
     "port_loss blank": (ex.check_port_loss, blank),
     "tensor_parallel right": (ex.check_tensor_parallel, layout()),
@@ -135,13 +137,23 @@ def test_shard_batch_mistakes(judged: dict) -> None:
         'PartitionSpec("batch")',
     )
     _fails(judged, "shard_batch features", "jax_shard_batch", "split the features")
+    _fails(
+        judged,
+        "shard_batch two dims",
+        "jax_shard_batch",
+        "1-D labels",
+        'PartitionSpec("batch") splits dimension 0',
+    )
     _fails(judged, "shard_batch blank", "jax_shard_batch", "not done yet")
 
 
 def test_port_loss_mistakes(judged: dict) -> None:
-    _fails(judged, "port_loss per-device batch", "jax_port_loss", "2.00x", "per-device batch")
+    _fails(judged, "port_loss per-device batch", "jax_port_loss", "2.00x", "per-device batch", "notebook 05")
     _fails(judged, "port_loss sum", "jax_port_loss", "16x", "sum the per-example losses")
     _fails(judged, "port_loss over devices", "jax_port_loss", "0.50x", "number of devices")
+    _fails(
+        judged, "port_loss 04's divisor", "jax_port_loss", "0.50x", "compute_average_loss's default divisor"
+    )
     _fails(judged, "port_loss per example", "jax_port_loss", "shape (16,)", "one number")
     _fails(judged, "port_loss blank", "jax_port_loss", "not done yet")
 

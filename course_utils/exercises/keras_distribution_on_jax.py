@@ -4,12 +4,14 @@ Each check runs on two JAX devices (the first two accelerators when there are tw
 v5e-8's 8; else the two CPU devices that the set-up cell asked XLA for, so on a one-chip v5e-1 too) and
 compares with one device, as every check of the course does. Both sides stand on the same footing
 (:func:`same_footing`): the one device is the first of the two, and float32 matmuls run in float32 on
-both, since a TPU's default precision uses bfloat16 passes, far above float noise.
+both, since a TPU by default multiplies float32 matrices in one bfloat16 pass, far above float noise.
 
 * ``jax_shard_batch``: ``shard_batch(x, mesh)`` places a global batch on the mesh, split along its
-  ``"batch"`` axis: each device holds its half of the examples, and a step on it gives one device's update;
-* ``jax_port_loss``: notebook 05's loss, ported to a jitted JAX step, divided by the per-device batch:
-  fixed, the step gives one device's update on 2 devices;
+  ``"batch"`` axis: each device holds its half of the examples, and two steps on it (labels placed by it
+  too) give one device's update;
+* ``jax_port_loss``: notebook 04's loss ported to a jitted JAX step keeps ``compute_average_loss``'s default
+  divisor, the batch times the devices; on global arrays the update is then half of one device's.
+  Fixed, the step gives one device's update on 2 devices;
 * ``jax_tensor_parallel``: a ``LayoutMap`` that splits a two-layer block the tensor-parallel way (the
   first kernel by columns, the second by rows), with keys that ``re.search`` (Keras 3.13) and
   ``re.fullmatch`` (Keras 3.14+) read alike, and the update of one device.
@@ -57,7 +59,7 @@ def two_devices() -> list:
 @contextlib.contextmanager
 def same_footing(devices: list) -> Iterator[None]:
     """Both sides of a comparison alike: one device (no distribution) is ``devices[0]``, the same kind
-    as the two, and float32 matmuls run in float32 (a TPU's default uses bfloat16 passes)."""
+    as the two, and float32 matmuls run in float32 (a TPU's default is one bfloat16 pass)."""
     import jax
 
     with jax.default_device(devices[0]), jax.default_matmul_precision("float32"):
@@ -191,6 +193,15 @@ def check_shard_batch(shard_batch: Callable[[Any, Any], Any]) -> None:
             "splits dimension 0.",
         )
         expect(shapes == {(4, 4)}, f"Each device should hold 4 of the 8 examples, not {sorted(shapes)}.")
+        try:  # the training steps below place the 1-D labels with it too
+            shard_batch(np.arange(8, dtype=np.int32), mesh)
+        except ValueError as error:
+            if "rank" not in str(error):
+                raise
+            raise ExerciseError(
+                "Your PartitionSpec names more dimensions than the 1-D labels have: "
+                'PartitionSpec("batch") splits dimension 0 of any rank.'
+            ) from None
         expect(
             np.array_equal(held[devices[0]], x[:4]) and np.array_equal(held[devices[1]], x[4:]),
             "The first device should hold the first half of the batch, the second the second half.",
@@ -199,8 +210,8 @@ def check_shard_batch(shard_batch: Callable[[Any, Any], Any]) -> None:
         with same_footing(devices):
             two, _, _ = train_update(distribution, place=lambda a: shard_batch(a, mesh))
             one, _, _ = train_update(None)
-        _same_update(two, one, "A step on your sharded batch should give one device's update")
-    passed("jax_shard_batch", "each device holds its 4 examples; a step on them gives one device's update.")
+        _same_update(two, one, "Two steps on your sharded batch should give one device's update")
+    passed("jax_shard_batch", "each device holds its 4 examples; two steps on them give one device's update.")
 
 
 # --------------------------------------------------------------------------- jax_port_loss
@@ -225,13 +236,15 @@ def check_port_loss(port_loss: Callable[[Any, Any], Any]) -> None:
         ratio = compare.factor(two, one)
         expect(
             not abs(ratio - len(devices)) < 1e-3,
-            "Your update is 2.00x one device's: you divide by the per-device batch, a tf.distribute "
-            "habit. The jitted step sees the global batch: divide by len(y), or take the mean.",
+            "Your update is 2.00x one device's: you divide by the per-device batch, the per-replica mean "
+            "notebook 05 warns against. The jitted step sees the global batch: divide by len(y), or take "
+            "the mean.",
         )
         expect(
             not abs(ratio - 1 / len(devices)) < 1e-3,
-            "Your update is 0.50x one device's: you divide by the number of devices, a tf.distribute "
-            "habit. The jitted step sees the global batch: its plain mean is already right.",
+            "Your update is 0.50x one device's: you divide by the number of devices too, as "
+            "compute_average_loss's default divisor does. The jitted step sees the global batch: len(y) "
+            "already counts every device, and its plain mean is right.",
         )
         expect(
             not abs(ratio - EXAMPLES) < 1e-2,
