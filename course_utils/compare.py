@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -74,8 +75,9 @@ def below(tolerance: float) -> str:
     Such a difference is float noise, and its digits differ between CPUs (vector units, oneDNN's
     kernels, thread counts): printed as a number, it would make a stored output hold on one machine.
     """
-    mantissa, exponent = f"{tolerance:.0e}".split("e")
-    return f"below {mantissa}e{int(exponent)}"
+    exponent = math.floor(math.log10(tolerance))
+    mantissa = math.ceil(round(tolerance / 10**exponent, 9))  # rounded up: still a true bound
+    return f"below {mantissa}e{exponent}" if mantissa < 10 else f"below 1e{exponent + 1}"
 
 
 def percent(relative: float, floor: float = 0.01) -> str:

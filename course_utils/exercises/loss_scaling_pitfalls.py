@@ -17,8 +17,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..checks import exercise, expect, passed
-from ..compare import checking_strategy, distribute, percent
-from ..lessons.diagnostics import UpdateFactor, update_factor
+from ..compare import checking_strategy, distribute
+from ..lessons.diagnostics import MISMATCH_TOLERANCE, UpdateFactor, update_factor
 
 REPLICAS = 2
 FEATURES = 4
@@ -107,8 +107,8 @@ def _factor_text(result: UpdateFactor) -> str:
         f"On {result.replicas} replicas your step's update is {result.factor:.2f}x the correct "
         "single-device update"
     )
-    if result.mismatch > 1e-3:
-        text += f" and points in another direction too ({percent(result.mismatch)} mismatch)"
+    if result.mismatch > MISMATCH_TOLERANCE:
+        text += f" and points in another direction too ({100 * result.mismatch:.1f}% mismatch)"
     return text + "."
 
 
