@@ -1,8 +1,10 @@
 # The commands users type. Everything installs itself into .venv on first use.
 #   make lab      set up (first time) and open JupyterLab on notebooks/
-#   make test     set up (first time) and run every test: authoring check, lint, unit, nbval x2
-#                 (default strategy; mirrored x2 with the floats shaken)
-#   make test-colab  every notebook on Colab's versions (requirements-colab.txt), in .venv-colab
+#   make test     set up (first time) and run every test: authoring check, lint, unit, strict nbval
+#                 (default strategy here; then test-colab and test-colab-tpu)
+#   make nbval    strict nbval on this stack: default strategy, then mirrored x2 with the floats shaken
+#   make test-colab  every notebook on Colab's versions (requirements-colab.txt), in .venv-colab,
+#                 mirrored x2 with the floats shaken
 #   make test-colab-tpu  notebook 11 on Colab's TPU runtime's versions, no TensorFlow, in .venv-colab-tpu
 #   make grade SUBMISSIONS="path ..." OUT=grades
 #   make slides   reveal.js decks of every master (with outputs) in build/slides/
@@ -20,6 +22,18 @@ TEST_ENV := COURSE_FAST=1 COURSE_OFFLINE=1 KERAS_HOME=$(CURDIR)/.cache/keras-tes
 NBVAL := $(PY) -m pytest --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
          --nbval-cell-timeout=600 --durations=0 -p no:cacheprovider \
          $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),solutions)
+# Strict nbval as the tests run it: one notebook per core at a time (pytest-xdist; a notebook's
+# cells run in order in its own kernel), then notebook 09 alone, since it times its cells and a
+# notebook beside it would slow what it measures. A kernel keeps about one core busy, so two at a
+# time on two cores take 0.6 of the time (measured: 621 s one at a time, 384 s two at a time).
+# $(call nbval_pass,ENV,PYTHON,SANITIZER FILE)
+MASTERS := $(sort $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),$(wildcard solutions/*.ipynb)))
+TIMED_MASTERS := $(filter solutions/09_%,$(MASTERS))
+NBVAL_ARGS = --nbval --nbval-sanitize-with $(3) --nbval-cell-timeout=600 --durations=0 -p no:cacheprovider
+nbval_pass = $(if $(filter-out $(TIMED_MASTERS),$(MASTERS)),$(1) $(2) -m pytest $(NBVAL_ARGS) -n auto \
+             --dist loadfile $(filter-out $(TIMED_MASTERS),$(MASTERS))) \
+             $(if $(and $(TIMED_MASTERS),$(filter-out $(TIMED_MASTERS),$(MASTERS))),&&) \
+             $(if $(TIMED_MASTERS),$(1) $(2) -m pytest $(NBVAL_ARGS) $(TIMED_MASTERS))
 
 .PHONY: setup lab test test-colab test-colab-tpu lint unit nbval nbval-default nbval-mirrored nbval-default-shaken nbval-mirrored-shaken nbval-all notebooks check outputs grade bench slides demo timings clean
 
@@ -56,10 +70,10 @@ unit: setup
 	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile --durations=15 tests
 
 nbval-default: setup
-	$(TEST_ENV) COURSE_STRATEGY=default $(NBVAL)
+	$(call nbval_pass,$(TEST_ENV) COURSE_STRATEGY=default,$(PY),tests/nbval_sanitize.cfg)
 
 nbval-mirrored: setup
-	$(TEST_ENV) COURSE_STRATEGY=mirrored COURSE_REPLICAS=2 $(NBVAL)
+	$(call nbval_pass,$(TEST_ENV) COURSE_STRATEGY=mirrored COURSE_REPLICAS=2,$(PY),tests/nbval_sanitize.cfg)
 
 # Float rounding differs between CPUs (vector units, oneDNN's kernels, thread counts): a stored number
 # at float-noise level that holds here fails on the next machine. So strict nbval also runs with the
@@ -72,21 +86,26 @@ nbval-mirrored: setup
 SHAKEN := ONEDNN_MAX_CPU_ISA=SSE41 TF_ENABLE_ONEDNN_OPTS=0 TF_NUM_INTRAOP_THREADS=1
 
 nbval-default-shaken: setup
-	$(TEST_ENV) $(SHAKEN) COURSE_STRATEGY=default $(NBVAL)
+	$(call nbval_pass,$(TEST_ENV) $(SHAKEN) COURSE_STRATEGY=default,$(PY),tests/nbval_sanitize.cfg)
 
 nbval-mirrored-shaken: setup
-	$(TEST_ENV) $(SHAKEN) COURSE_STRATEGY=mirrored COURSE_REPLICAS=2 $(NBVAL)
+	$(call nbval_pass,$(TEST_ENV) $(SHAKEN) COURSE_STRATEGY=mirrored COURSE_REPLICAS=2,$(PY),tests/nbval_sanitize.cfg)
 
-# `make nbval` (and CI) crosses them in two passes: the default strategy with TensorFlow's own floats,
-# mirrored x2 with the floats shaken. The other two pairs run only in `make nbval-all`.
+# `make nbval` crosses them in two passes on this stack: the default strategy with TensorFlow's own
+# floats, mirrored x2 with the floats shaken. The other two pairs run only in `make nbval-all`.
 nbval: nbval-default nbval-mirrored-shaken
 
 nbval-all: nbval-default nbval-mirrored nbval-default-shaken nbval-mirrored-shaken
 
-test: check lint unit nbval
+# `make test` (and CI) crosses strategy, floats and stack in two full passes: the default strategy
+# with TensorFlow's own floats on the course's stack, mirrored x2 with the floats shaken on Colab's
+# (test-colab); then notebook 11 on Colab's TPU stack. A third full pass would add 7 minutes to a
+# run that must stay under 45 on two cores; `make nbval` runs mirrored x2 shaken on this stack too.
+test: check lint unit nbval-default test-colab test-colab-tpu
 
-# Colab's stack (requirements-colab.txt) in its own environment: every master on 2 replicas,
-# compared with its stored outputs after the same sanitizers, version numbers masked.
+# Colab's stack (requirements-colab.txt) in its own environment: every master on 2 replicas
+# (mirrored x2) with the floats shaken, compared with its stored outputs after the same sanitizers,
+# version numbers masked.
 COLAB_VENV := .venv-colab
 COLAB_STAMP := $(COLAB_VENV)/.installed
 
@@ -103,9 +122,7 @@ $(COLAB_STAMP): requirements-colab.txt pyproject.toml
 test-colab: $(COLAB_STAMP)
 	@mkdir -p .cache
 	cat tests/nbval_sanitize.cfg tests/nbval_sanitize_colab.cfg > .cache/nbval_sanitize_colab.cfg
-	$(TEST_ENV) COURSE_STRATEGY=mirrored COURSE_REPLICAS=2 $(COLAB_VENV)/bin/python -m pytest --nbval \
-	    --nbval-sanitize-with .cache/nbval_sanitize_colab.cfg --nbval-cell-timeout=600 --durations=0 \
-	    -p no:cacheprovider $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),solutions)
+	$(call nbval_pass,$(TEST_ENV) $(SHAKEN) COURSE_STRATEGY=mirrored COURSE_REPLICAS=2,$(COLAB_VENV)/bin/python,.cache/nbval_sanitize_colab.cfg)
 
 # Colab's TPU runtime (requirements-colab-tpu.txt: Keras on JAX, no TensorFlow; CPU JAX in place
 # of libtpu) in its own environment, for the notebook written for it: notebook 11's master under

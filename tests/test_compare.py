@@ -400,11 +400,11 @@ def test_right_step_passes_on_1_2_and_4_replicas_across_5_seeds() -> None:
         + source
         + textwrap.dedent(
             """
-        for seed in range(5):
-            for l2 in (0.0, 1e-5):
-                r = compare.same_update(step(), *data(seed), make_model=model_with(l2, seed),
-                                        make_metric=accuracy, replicas=(1, 2, 4))
-                print("seed", seed, "l2", l2, "ok", r.ok, r.hint)
+        for seed in range(5):  # without and with an L2 penalty, in turn
+            l2 = (0.0, 1e-5)[seed % 2]
+            r = compare.same_update(step(), *data(seed), make_model=model_with(l2, seed),
+                                    make_metric=accuracy, replicas=(1, 2, 4))
+            print("seed", seed, "l2", l2, "ok", r.ok, r.hint)
         wrong = compare.same_update(step(penalty="every replica"), *data(0), make_model=model_with(1e-6),
                                     make_metric=accuracy, replicas=(1, 2, 4))
         print("wrong", wrong.hint)
@@ -412,5 +412,5 @@ def test_right_step_passes_on_1_2_and_4_replicas_across_5_seeds() -> None:
         )
     )
     result = run_python(code, timeout=900)
-    assert result.stdout.count("ok True") == 10, result.stdout + result.stderr[-2000:]
+    assert result.stdout.count("ok True") == 5, result.stdout + result.stderr[-2000:]
     assert "wrong on 2 replicas the penalty is added on every replica" in result.stdout
