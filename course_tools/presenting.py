@@ -190,7 +190,7 @@ class DemoRun:
 
     def report(self, at_least: float = 0.0) -> str:
         """Every cell's time (``at_least``: only the cells that took that long), then the total."""
-        shown = [c for c in self.cells if not c[1] < at_least]
+        shown = [c for c in self.cells if c[1] >= at_least]  # markdown cells (no time, NaN) left out
         lines = [f"{self.what} of {self.notebook}: {len(self.cells)} cells (set-up included)"]
         if at_least:
             lines[0] += f", {len(shown)} of them {at_least:g} s or more"
@@ -207,7 +207,10 @@ class DemoRun:
             "what": self.what,
             "seconds": round(self.seconds, 1),
             "error": self.error,
-            "cells": [{"cell": i, "seconds": round(t, 2), "first_line": first} for i, t, first in self.cells],
+            "cells": [  # seconds: null for a markdown cell
+                {"cell": i, "seconds": round(t, 2) if t == t else None, "first_line": first}
+                for i, t, first in self.cells
+            ],
         }
 
 
@@ -417,7 +420,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.command == "full":
         print("\nnotebook                               seconds  slowest cells")
         for run in runs:
-            slowest = sorted(run.cells, key=lambda c: -c[1])[:3]
+            slowest = sorted((c for c in run.cells if c[1] >= 0), key=lambda c: -c[1])[:3]  # NaN: markdown
             cells = ", ".join(f"{i} ({t:.0f} s)" for i, t, _ in slowest)
             print(f"{run.notebook:<38} {run.seconds:7.0f}  {cells}{'  FAILED' if run.error else ''}")
         print(f"{'all':<38} {sum(r.seconds for r in runs):7.0f}")

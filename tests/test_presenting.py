@@ -159,5 +159,6 @@ def test_a_full_size_run_unsets_the_fast_mode_and_times_every_cell(tmp_path: Pat
     assert run.cells[2][1] >= 0.3
     report = run.report(at_least=0.25)
     assert "cell   2" in report and "cell   1" not in report, report
+    assert "cell   0" not in run.report() and "nan" not in run.report(), "a markdown cell has no time"
     assert json.loads(json.dumps(run.as_json()))["cells"][2]["first_line"] == "import time"
     assert os.environ["COURSE_FAST"] == "1"
