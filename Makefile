@@ -23,17 +23,14 @@ NBVAL := $(PY) -m pytest --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg 
          --nbval-cell-timeout=600 --durations=0 -p no:cacheprovider \
          $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),solutions)
 # Strict nbval as the tests run it: one notebook per core at a time (pytest-xdist; a notebook's
-# cells run in order in its own kernel), then notebook 09 alone, since it times its cells and a
-# notebook beside it would slow what it measures. A kernel keeps about one core busy, so two at a
-# time on two cores take 0.6 of the time (measured: 621 s one at a time, 384 s two at a time).
+# cells run in order in its own kernel). A kernel keeps about one core busy, so two at a time on two
+# cores take 0.6 of the time (measured: 621 s one at a time, 384 s two at a time). Notebook 09 runs
+# beside another one too: its timing cells' outputs are not compared (nbval-ignore-output) and its
+# asserts compare runs interleaved in one kernel, which a neighbour slows alike.
 # $(call nbval_pass,ENV,PYTHON,SANITIZER FILE)
 MASTERS := $(sort $(if $(NB),$(wildcard solutions/$(NB)*.ipynb),$(wildcard solutions/*.ipynb)))
-TIMED_MASTERS := $(filter solutions/09_%,$(MASTERS))
-NBVAL_ARGS = --nbval --nbval-sanitize-with $(3) --nbval-cell-timeout=600 --durations=0 -p no:cacheprovider
-nbval_pass = $(if $(filter-out $(TIMED_MASTERS),$(MASTERS)),$(1) $(2) -m pytest $(NBVAL_ARGS) -n auto \
-             --dist loadfile $(filter-out $(TIMED_MASTERS),$(MASTERS))) \
-             $(if $(and $(TIMED_MASTERS),$(filter-out $(TIMED_MASTERS),$(MASTERS))),&&) \
-             $(if $(TIMED_MASTERS),$(1) $(2) -m pytest $(NBVAL_ARGS) $(TIMED_MASTERS))
+nbval_pass = $(1) $(2) -m pytest --nbval --nbval-sanitize-with $(3) --nbval-cell-timeout=600 \
+             --durations=0 -p no:cacheprovider -n auto --dist loadfile $(MASTERS)
 
 .PHONY: setup lab test test-colab test-colab-tpu lint unit nbval nbval-default nbval-mirrored nbval-default-shaken nbval-mirrored-shaken nbval-all notebooks check outputs grade bench slides demo timings clean
 
@@ -65,9 +62,10 @@ lint: setup
 	$(VENV)/bin/mypy
 
 # On every core (pytest-xdist), one test file per worker at a time, so that a file's
-# module-scoped fixtures (the graded class) are built once.
+# module-scoped fixtures (the graded class) are built once; the files that only run notebooks in
+# kernels of their own are spread in groups (SPREAD in tests/conftest.py).
 unit: setup
-	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile --durations=15 tests
+	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider -n auto --dist loadgroup --durations=15 tests
 
 nbval-default: setup
 	$(call nbval_pass,$(TEST_ENV) COURSE_STRATEGY=default,$(PY),tests/nbval_sanitize.cfg)
