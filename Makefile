@@ -62,10 +62,10 @@ lint: setup
 	$(VENV)/bin/mypy
 
 # On every core (pytest-xdist), one test file per worker at a time, so that a file's
-# module-scoped fixtures (the graded class) are built once; the files that only run notebooks in
-# kernels of their own are spread in groups (SPREAD in tests/conftest.py).
+# module-scoped fixtures (the graded class) are built once. (Spreading the notebook-running files'
+# tests over both workers with --dist loadgroup built the graded class twice, 117 s more.)
 unit: setup
-	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider -n auto --dist loadgroup --durations=15 tests
+	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile --durations=15 tests
 
 nbval-default: setup
 	$(call nbval_pass,$(TEST_ENV) COURSE_STRATEGY=default,$(PY),tests/nbval_sanitize.cfg)

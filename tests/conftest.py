@@ -55,23 +55,3 @@ def two_replicas():
     from course_utils.strategies import mirrored_cpus
 
     return mirrored_cpus(2)
-
-
-#: Files whose tests each run notebooks in kernels of their own and share nothing in this process:
-#: under ``--dist loadgroup`` (``make unit``) their tests are spread over the workers by notebook
-#: number, in ``SPREAD[file]`` groups (notebooks 03 and 07, the slowest, in different groups).
-#: Every other file stays whole on one worker, so that its module-scoped fixtures (the graded
-#: class) are built once.
-SPREAD = {"test_exercises.py": 3, "test_presenting.py": 2}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    import re
-
-    for item in items:
-        parts = SPREAD.get(item.path.name)
-        number = re.search(r"\[(\d\d)", item.nodeid)
-        group = item.path.name
-        if parts and number:
-            group += f"-{int(number.group(1)) % parts}"
-        item.add_marker(pytest.mark.xdist_group(group))
