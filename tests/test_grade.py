@@ -29,7 +29,9 @@ from course_tools.grading import (
     course,
     extract,
     gradescope,
+    judge,
     protocol,
+    report,
     runner,
     sandbox,
     shards,
@@ -111,10 +113,19 @@ def test_graded_notebook_is_the_master_with_only_the_student_code(the_course) ->
     graded = extract.build(nb00, extract.find_answers(submission_of(student), nb00), whole=True)
     assert graded.left_out == ()
     solution_cells = {ex.solution_cell for ex in nb00.exercises}
+    # Each check cell only hands the student's functions to the judge (outside the kernel).
+    checks = {
+        ex.check_cell: judge.serve_source(ex.id, nb00.master.cells[ex.check_cell].source)
+        for ex in nb00.exercises
+    }
+    assert all("_serve(" in source and ".check_" not in source for source in checks.values())
+    assert set(graded.judged) == {ex.id for ex in nb00.exercises}
     last_check = max(ex.check_cell for ex in nb00.exercises)
     assert len(graded.notebook.cells) == last_check + 1  # nothing after the last check runs
     for index, (ours, master) in enumerate(zip(graded.notebook.cells, nb00.master.cells)):
-        if index not in solution_cells:
+        if index in checks:
+            assert ours.source == checks[index]
+        elif index not in solution_cells:
             assert ours.source == master.source, f"cell {index} is not the course's"
         if ours.cell_type == "code":
             assert ours.outputs == [] and ours.execution_count is None
@@ -136,16 +147,19 @@ def test_graded_notebook_runs_only_the_checks_context(the_course) -> None:
     answers = extract.find_answers(submission_of(nb00.master), nb00)
     graded = extract.build(nb00, answers)
     kept = [c.source for c in graded.notebook.cells if c.cell_type == "code"]
+    served = {judge.serve_source(ex.id, nb00.master.cells[ex.check_cell].source): ex for ex in nb00.exercises}
+    kept = [nb00.master.cells[served[s].check_cell].source if s in served else s for s in kept]
     before_last_check = master_code[: len(kept) + len(graded.left_out)]
     assert kept == [s for k, s in enumerate(before_last_check) if k not in graded.left_out]
     left_out = [master_code[k] for k in graded.left_out]
     assert any("SCRIPT = " in s for s in left_out) and any("plt.subplots" in s for s in left_out)
     assert any(role(c) == "setup" for c in graded.notebook.cells)
-    assert any("use_virtual_cpus(replicas)" in s for s in kept)
     for ex, cells in zip(nb00.exercises, graded.exercises):
         code_cells = [c for c in graded.notebook.cells if c.cell_type == "code"]
         assert code_cells[cells.solution].source == answers[ex.id].source
-        assert code_cells[cells.check].source == nb00.master.cells[ex.check_cell].source
+        assert code_cells[cells.check].source == judge.serve_source(
+            ex.id, nb00.master.cells[ex.check_cell].source
+        )
     # An answer that reads `course_strategy` (defined by a left-out cell) brings that cell back.
     answers["uneven_mean"].source += "\nprint(course_strategy)\n"
     again = extract.build(nb00, answers)
@@ -306,24 +320,25 @@ def test_statuses_passed_failed_error_timeout(the_course) -> None:
     (a, b) = graded.exercises
     cells = {
         a.solution: _cell("ok"),
-        a.check: _cell("error", ename="ExerciseError", evalue="Exercise uneven_mean: On 2 replicas ..."),
+        a.check: _cell("ok", outputs=_stdout("[pass] uneven_mean: what the kernel printed.\n")),
         b.solution: _cell("ok"),
         b.check: _cell("error", ename="TypeError", evalue="unsupported operand"),
     }
-    decided = verdict.of_run(graded, _run(cells, started=True, done=True), runner.RunOptions())
+    judged = {"uneven_mean": ("failed", "Exercise uneven_mean: On 2 replicas ...")}
+    decided = verdict.of_run(graded, _run(cells, started=True, done=True, judged=judged), runner.RunOptions())
     assert decided.status == "graded"
     assert [(e.status, e.message[:34]) for e in decided.exercises] == [
         ("failed", "Exercise uneven_mean: On 2 replica"),
-        ("error", "Exercise per_replica_batch: the ch"),
+        ("error", "Exercise per_replica_batch: the gr"),
     ]
-    cells[a.check] = _cell("ok", outputs=_stdout("[pass] uneven_mean: fine.\n"))
+    judged = {"uneven_mean": ("passed", "fine.")}
     cells[b.solution] = _cell("error", ename="SyntaxError", evalue="invalid syntax (line 2)")
     cells[b.check] = _cell("timeout", timeout=20.0)
-    decided = verdict.of_run(graded, _run(cells, started=True, done=True), runner.RunOptions())
+    decided = verdict.of_run(graded, _run(cells, started=True, done=True, judged=judged), runner.RunOptions())
     assert _statuses(decided) == ["passed", "timeout"]
     assert decided.exercises[0].message == "fine."
     cells[b.check] = _cell("ok")
-    decided = verdict.of_run(graded, _run(cells, started=True, done=True), runner.RunOptions())
+    decided = verdict.of_run(graded, _run(cells, started=True, done=True, judged=judged), runner.RunOptions())
     assert decided.exercises[1].status == "error" and "SyntaxError" in decided.exercises[1].message
 
 
@@ -331,18 +346,20 @@ def test_statuses_when_the_run_breaks(the_course) -> None:
     graded = _graded(the_course)
     (a, b) = graded.exercises
     ok = _cell("ok", outputs=_stdout("[pass] uneven_mean: fine.\n"))
+    judged = {"uneven_mean": ("passed", "fine.")}
     options = runner.RunOptions()
-    # No [pass] line: not passed, whatever else happened.
-    run = _run({a.solution: _cell("ok"), a.check: _cell("ok")}, started=True)
+    # No verdict from the judge: not passed, whatever the kernel printed.
+    run = _run({a.solution: _cell("ok"), a.check: ok}, started=True)
     assert verdict.of_run(graded, run, options).exercises[0].status == "error"
     # The notebook timeout: what finished counts, the rest is a timeout.
-    run = _run({a.solution: _cell("ok"), a.check: ok}, started=True, notebook_timed_out=True)
+    run = _run({a.solution: _cell("ok"), a.check: ok}, started=True, notebook_timed_out=True, judged=judged)
     decided = verdict.of_run(graded, run, options)
     assert decided.status == "timeout" and _statuses(decided) == ["passed", "timeout"]
     # The kernel died in the second exercise.
     run = _run(
         {a.solution: _cell("ok"), a.check: ok, b.solution: _cell("died"), b.check: _cell("not-run")},
         started=True,
+        judged=judged,
     )
     decided = verdict.of_run(graded, run, options)
     assert decided.status == "error" and _statuses(decided) == ["passed", "error"]
@@ -479,6 +496,11 @@ def test_each_student_graded_as_expected(graded_class, student) -> None:
         "kernel_mb",
     }
     assert got["notebook"] == NB
+    if student == "pipe_forger" and got["status"] == "error":
+        # Its interrupt ended the run (it does not always land before the next cell starts): then
+        # nothing the run reported counts, its forged records least of all.
+        status, exercises = "error", dict.fromkeys(exercises, "error")
+        assert "did not end normally" in got["notes"][0]
     assert (got["status"], {e["id"]: e["status"] for e in got["exercises"]}) == (status, exercises), got
     assert set(got["exercises"][0]) == {"id", "status", "message", "points", "max_points"}
     assert got["passed"] == sum(s == "passed" for s in exercises.values())
@@ -503,33 +525,32 @@ def test_hints_say_what_went_wrong(graded_class) -> None:
     )
 
 
-@pytest.mark.parametrize("student", sorted(make_class.CHECK_SAID))
-def test_a_student_who_plays_a_trick_on_the_checks_is_flagged(graded_class, student) -> None:
-    """Each trick: the check's own verdict (passed, where the trick fooled it) ends the message of a
-    flagged exercise that earns no points; the report lists it for a person to look at."""
-    got = {e["id"]: e for e in graded_class.results[student]["exercises"]}
-    for ident, said in make_class.CHECK_SAID[student].items():
-        assert got[ident]["status"] == "flagged" and got[ident]["points"] == 0
-        assert got[ident]["message"].startswith("Flagged for review")
-        assert f"The check said: {said}:" in got[ident]["message"], got[ident]["message"]
-    md = (graded_class.out / "report.md").read_text()
-    flagged = md.split("## Flagged for review", 1)[1].split("\n## ", 1)[0]
-    assert f"**{student}**" in flagged and "**honest**" not in flagged
-
-
-def test_what_each_trick_is_flagged_for(graded_class) -> None:
-    messages = {(s, e["id"]): e["message"] for s, r in graded_class.results.items() for e in r["exercises"]}
-    assert "assigns to `_ex.check_uneven_mean`" in messages["forger", "uneven_mean"]
-    assert "imports `course_utils.exercises`" in messages["forger", "uneven_mean"]
-    patched = messages["forger", "per_replica_batch"]
-    assert (
-        "`numpy.allclose`" in patched
-        and "`tf.debugging.assert_near`" in patched
-        and "`_sh.expect`" in patched
+@pytest.mark.parametrize("student", sorted(make_class.HOSTILE))
+def test_a_student_who_plays_a_trick_on_the_checks_earns_nothing(graded_class, student) -> None:
+    """The hostile class: each kind of trick code in an answer cell can play on a check in its
+    kernel (rebinding or patching the checks, reading their frames, exec, a %%writefile module, an
+    input transformer, an exception handler, forged records in the grader's pipe, answers learned
+    by heart). The judge decides outside the kernel: not one point, and the report says why."""
+    result = graded_class.results[student]
+    assert result["points"] == 0 and result["passed"] == 0
+    said = make_class.HOSTILE[student]
+    assert said in " ".join(
+        e["message"] for e in result["exercises"] + [{"message": n} for n in result["notes"]]
     )
-    assert "reaches `course_utils.exercises`" in messages["borrower", "uneven_mean"]
-    assert "writes '[pass]'" in messages["borrower", "per_replica_batch"]
-    assert "should be 128" in messages["borrower", "per_replica_batch"]  # the check still caught it
+
+
+def test_what_the_audit_noted_is_for_the_graders_eyes(graded_class) -> None:
+    """The audit no longer decides: its findings are notes beside a verdict that stands."""
+    notes = {s: " ".join(r["notes"]) for s, r in graded_class.results.items()}
+    assert "audit note on uneven_mean (its verdict stands)" in notes["forger"]
+    assert "assigns to `_ex.check_uneven_mean`" in notes["forger"]
+    assert "reaches `course_utils.exercises`" in notes["borrower"]
+    assert "audit note" not in notes["honest"]
+    assert all(e["status"] != "flagged" for r in graded_class.results.values() for e in r["exercises"])
+    messages = {(s, e["id"]): e["message"] for s, r in graded_class.results.items() for e in r["exercises"]}
+    assert "should be 128" in messages["borrower", "per_replica_batch"]  # its pass line changed nothing
+    forged = messages["pipe_forger", "uneven_mean"]  # the run ended by its interrupt, or judged
+    assert "may have stopped the process that runs it" in forged or "one device's answer" in forged
 
 
 def test_markdown_csv_and_feedback(graded_class) -> None:
@@ -549,8 +570,12 @@ def test_markdown_csv_and_feedback(graded_class) -> None:
         for exercise in result["exercises"]:
             assert exercise["message"].strip() in text  # the hint in full
     graded = nbformat.read(graded_class.out / "graded" / "pitfall" / f"{NB}.ipynb", as_version=4)
+    # The verdict printed in the graded notebook is the judge's, as feedback.
     assert any(
-        "ExerciseError" in str(cell.get("outputs")) for cell in graded.cells if cell.cell_type == "code"
+        "[failed] uneven_mean (decided by the grader): Exercise uneven_mean: 4 is one device's answer"
+        in str(cell.get("outputs"))
+        for cell in graded.cells
+        if cell.cell_type == "code"
     )
 
 
@@ -618,6 +643,7 @@ def test_report_says_what_the_verdict_does_with_errors_inside_a_check(graded_cla
     docs = (ROOT / "docs" / "grading.md").read_text()
     assert "the status is `failed`" in docs
     graded = _graded(course.load_course(graded_class.course))
+    graded.judged = {}  # as for an exercise still checked in the kernel (tests/test_judge.py: judged)
     (a, _) = graded.exercises
     run = _run(
         {
@@ -692,10 +718,13 @@ def test_three_shards_merge_into_the_unsharded_report(graded_class) -> None:
         *graded_class.command[graded_class.command.index("--course") :],
     ]
     whole = base / "unsharded"
-    done = _grade_command([*command, "--out", str(whole)], base)
+    signed = {"COURSE_GRADE_KEY": "a secret of the course's staff"}
+    done = _grade_command([*command, "--out", str(whole)], base, **signed)
     assert done.returncode == 0, done.stderr[-3000:]
     for k in (1, 2, 3):
-        done = _grade_command([*command, "--shard", f"{k}/3", "--out", str(base / f"shard-{k}")], base)
+        done = _grade_command(
+            [*command, "--shard", f"{k}/3", "--out", str(base / f"shard-{k}")], base, **signed
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     sizes = [len(json.loads((base / f"shard-{k}" / "report.json").read_text())["results"]) for k in (1, 2, 3)]
     assert sizes == [1, 1, 1]
@@ -705,20 +734,9 @@ def test_three_shards_merge_into_the_unsharded_report(graded_class) -> None:
     )
     assert done.returncode == 2 and "shard(s) 2/3 missing" in done.stderr
     assert not (base / "partial" / "report.json").exists()
-    done = _grade_command(
-        [
-            sys.executable,
-            "-m",
-            "course_tools.grade",
-            "merge",
-            "shard-1",
-            "shard-2",
-            "shard-3",
-            "--out",
-            "merged",
-        ],
-        base,
-    )
+    merge = [sys.executable, "-m", "course_tools.grade", "merge", "shard-1", "shard-2", "shard-3"]
+    merge += ["--course", str(graded_class.course)]
+    done = _grade_command([*merge, "--out", "merged"], base, **signed)
     assert done.returncode == 0, done.stderr[-3000:]
     merged = base / "merged"
 
@@ -728,6 +746,7 @@ def test_three_shards_merge_into_the_unsharded_report(graded_class) -> None:
             for measured in ("seconds", "memory_mb", "kernel_mb"):
                 result.pop(measured)
         data["run"].pop("merged_from", None)
+        data.pop("signature")
         return data
 
     assert json_of(merged) == json_of(whole)
@@ -743,6 +762,29 @@ def test_three_shards_merge_into_the_unsharded_report(graded_class) -> None:
         )
     for path in (whole / "feedback").iterdir():
         assert (merged / "feedback" / path.name).read_text() == path.read_text()
+    # A shard's report edited after the grader wrote it (the blank student "passed") is refused
+    # with the key; without it, the points are computed again from the statuses, never read.
+    edited = base / "edited"
+    shutil.copytree(base / "shard-1", edited)
+    data = json.loads((edited / "report.json").read_text())
+    row = next(r for r in data["results"] if r["exercises"])
+    for exercise in row["exercises"]:
+        exercise["points"] = 5
+    (edited / "report.json").write_text(json.dumps(data))
+    merge[merge.index("shard-1")] = "edited"
+    done = _grade_command([*merge, "--out", "refused"], base, **signed)
+    assert done.returncode == 2 and "edited/report.json does not verify with COURSE_GRADE_KEY" in done.stderr
+    done = _grade_command([*merge, "--out", "unsigned"], base, COURSE_GRADE_KEY="")
+    assert done.returncode == 0, done.stderr[-3000:]
+    again = json.loads((base / "unsigned" / "report.json").read_text())
+    assert json_of_points(again) == json_of_points(json.loads((merged / "report.json").read_text()))
+    assert "merged without COURSE_GRADE_KEY" in " ".join(again["run"]["notes"])
+
+
+def json_of_points(data: dict) -> dict:
+    return {
+        (r["student"], e["id"]): (e["status"], e["points"]) for r in data["results"] for e in r["exercises"]
+    }
 
 
 def test_batch_system_files_use_shards_and_merge() -> None:
@@ -802,7 +844,7 @@ def validate_results(data: dict) -> None:
 
 @pytest.fixture(scope="module")
 def autograder(tmp_path_factory, graded_class):
-    """The zip built by the command, unpacked as Gradescope would, and run on four submissions."""
+    """The zip built by the command, unpacked as Gradescope would, and run on five submissions."""
     base = tmp_path_factory.mktemp("gradescope")
     zip_path = base / "autograder.zip"
     done = _grade_command(
@@ -834,6 +876,8 @@ def autograder(tmp_path_factory, graded_class):
         "blank": make_class.blank(master, graded_class.course),
         "wrong": make_class.pitfall(master),
         "crash": make_class.crash(master),
+        # One of the hostile class: the checks rebound, the kernel's side of the judge replaced.
+        "hostile": make_class.with_answers(master, make_class.HOSTILE_ANSWERS["rebinder"]),
     }
 
     def run(name: str, nb=None, **env: str) -> tuple[dict, subprocess.CompletedProcess]:
@@ -890,6 +934,7 @@ def test_autograder_zip_has_what_gradescope_runs(autograder) -> None:
         ("blank", 0, {"uneven_mean": "failed", "per_replica_batch": "failed"}, "not done yet"),
         ("wrong", 2, {"uneven_mean": "failed", "per_replica_batch": "passed"}, "one device's answer"),
         ("crash", 0, {"uneven_mean": "failed", "per_replica_batch": "failed"}, "kernel died"),
+        ("hostile", 0, {"uneven_mean": "failed", "per_replica_batch": "failed"}, "never answered the grader"),
     ],
 )
 def test_autograder_results(autograder, graded_class, student, score, statuses, hint) -> None:
@@ -916,3 +961,89 @@ def test_autograder_that_cannot_grade_says_why(autograder, case, reason) -> None
     validate_results(data)
     assert data["score"] == 0 and reason in data["output"] and data["visibility"] == "visible"
     assert all(t["status"] == "failed" and reason in t["output"] for t in data["tests"])
+
+
+# --------------------------------------------------------------------------- without the sandbox
+
+#: Started by a student's cell: a process in a session of its own with an empty environment, that
+#: waits for the grader's report and rewrites it (what a run must never leave behind).
+SURVIVOR = """\
+import subprocess as _sp, sys as _sys
+
+_code = (
+    "import pathlib, time\\n"
+    "report = pathlib.Path({report!r})\\n"
+    "for _ in range(600):\\n"
+    "    if report.exists():\\n"
+    "        report.write_text('{{\\"forged\\": true}}')\\n"
+    "        break\\n"
+    "    time.sleep(0.2)\\n"
+)
+_sp.Popen([_sys.executable, "-c", _code], env={{}}, start_new_session=True,
+          stdin=_sp.DEVNULL, stdout=_sp.DEVNULL, stderr=_sp.DEVNULL)
+"""
+
+#: Rewrites the course's check module on disk (only in the test's copy of the packages).
+REWRITER = """\
+import course_utils.exercises.setup_and_hardware as _m
+
+if "copied-packages" in _m.__file__:
+    with open(_m.__file__, "a") as _f:
+        _f.write("\\n# rewritten by a submission\\n")
+
+
+def per_replica_batch(global_batch, replicas):
+    return global_batch
+"""
+
+
+def test_without_the_sandbox_nothing_outlives_its_run_and_a_rewritten_course_stops_the_grades(
+    the_course, tmp_path
+) -> None:
+    """``--sandbox off``: a process a submission leaves behind (own session, empty environment) is
+    ended with its run, so the report stays as written; a submission that rewrites the course's
+    check module makes its run and every later one an error, not a pass; every row says that the
+    sandbox was off."""
+    packages = tmp_path / "copied-packages"
+    for name in ("course_utils", "course_tools"):
+        shutil.copytree(ROOT / name, packages / name, ignore=shutil.ignore_patterns("__pycache__"))
+    master = make_class.read_master(the_course.root)
+    out = tmp_path / "out"
+    klass = tmp_path / "class"
+    answers = {
+        "a_survivor": {
+            "uneven_mean": SURVIVOR.format(report=str(out / "report.json")) + make_class.WRONG_PREDICTION
+        },
+        "b_rewriter": {"per_replica_batch": REWRITER},
+        "c_honest": {},
+    }
+    for student, student_answers in answers.items():
+        path = klass / student / f"{NB}.ipynb"
+        path.parent.mkdir(parents=True)
+        path.write_text(nbformat.writes(make_class.with_answers(master, student_answers)))
+    command = [sys.executable, "-m", "course_tools.grade", str(klass), "--course", str(the_course.root)]
+    command += ["--sandbox", "off", "--out", str(out)]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(packages)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    time.sleep(1.0)  # a survivor would write within 0.2 s of the report
+    data = json.loads((out / "report.json").read_text())
+    got = {r["student"]: (r["status"], [e["status"] for e in r["exercises"]]) for r in data["results"]}
+    assert got == {
+        "a_survivor": ("graded", ["failed", "passed"]),
+        "b_rewriter": ("error", ["error", "error"]),
+        "c_honest": ("error", ["error", "error"]),
+    }
+    rewritten = next(e for r in data["results"] if r["student"] == "c_honest" for e in r["exercises"])
+    assert "changed on disk while the grader ran" in rewritten["message"]
+    assert all(report.NO_SANDBOX in r["notes"] for r in data["results"])
+    with open(out / "gradebook.csv", newline="") as handle:
+        book = list(csv.reader(handle))
+    assert book[0][-1] == "sandbox" and {row[-1] for row in book[1:]} == {"off"}
+    assert "rewritten" not in (ROOT / "course_utils" / "exercises" / "setup_and_hardware.py").read_text()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from course_tools.grading import extract, protocol, records, runner, verdict
+from course_tools.grading import extract, protocol, records, report, runner, verdict
 from course_tools.grading.audit import Finding
 from course_tools.grading.protocol import CellRecord, CellResult
 from course_tools.grading.records import ExerciseResult, Result, Status
@@ -22,11 +22,13 @@ from course_tools.grading.records import ExerciseResult, Result, Status
 #: One exercise, ``ex``: course cells 0 and 1, its exercise cell 2, a course cell 3, its check 4, and
 #: a course cell 5.
 EX = extract.ExerciseCells("ex", solution=2, check=4)
-OPTIONS = runner.RunOptions(cell_timeout=7.5, notebook_timeout=1200)
+OPTIONS = runner.RunOptions(cell_timeout=7.5, notebook_timeout=1200, sandbox=True)
 PASS = "warming up\n[pass] ex: 4 examples per replica.\n"
 
 
-def graded(answered: bool = True, findings: tuple[Finding, ...] = ()) -> extract.GradedNotebook:
+def graded(
+    answered: bool = True, findings: tuple[Finding, ...] = (), judged: bool = False
+) -> extract.GradedNotebook:
     return extract.GradedNotebook(
         notebook=None,
         exercises=[EX],
@@ -34,6 +36,7 @@ def graded(answered: bool = True, findings: tuple[Finding, ...] = ()) -> extract
         student_cells=frozenset({EX.solution}),
         names={"ex": ("f", "g")},
         findings={"ex": list(findings)} if findings else {},
+        judged={"ex": {}} if judged else {},
     )
 
 
@@ -66,6 +69,9 @@ def decide(nb: extract.GradedNotebook, the_run: runner.RunResult) -> tuple[str, 
         check=the_run.cells.get(EX.check),
         run=facts,
         cell_timeout=OPTIONS.cell_timeout,
+        judged="ex" in nb.judged,
+        judge=the_run.judged.get("ex"),
+        judge_failed=the_run.judge_failed,
     )
     row, _ = verdict.first_row(verdict.EXERCISE_ROWS, case)
     (result,) = verdict.of_run(nb, the_run, OPTIONS).exercises
@@ -104,6 +110,16 @@ EXERCISE_CASES = [
         Status.ERROR,
         "Not graded: the grading run did not start (exit code 4): ERROR: no module named nbval.",
         id="run-did-not-start",
+    ),
+    pytest.param(
+        "the run did not end normally",
+        graded(),
+        # Every cell "passed" by the records, but the process that ran them was killed: none counts.
+        run(ran(cell("ok"), cell("ok", PASS)), returncode=-9),
+        Status.ERROR,
+        "Not graded: the grading run did not end normally (exit code -9), so nothing it reported counts "
+        "(code in the notebook may have stopped the process that runs it).",
+        id="run-did-not-end-normally",
     ),
     pytest.param(
         "the run cannot be graded",
@@ -208,6 +224,72 @@ EXERCISE_CASES = [
         id="answer-raised",
     ),
     pytest.param(
+        "judged: passed",
+        graded(judged=True),
+        # The judge decides; the kernel's own output (no pass line here) does not count.
+        run(
+            ran(cell("ok"), cell("ok", "[wrong] whatever the kernel printed\n")),
+            judged={"ex": ("passed", "4 each.")},
+        ),
+        Status.PASSED,
+        "4 each.",
+        id="judged-passed",
+    ),
+    pytest.param(
+        "judged: wrong",
+        graded(judged=True),
+        # A pass line the kernel printed is not a verdict.
+        run(ran(cell("ok"), cell("ok", PASS)), judged={"ex": ("failed", "Exercise ex: should be 4.")}),
+        Status.FAILED,
+        "Exercise ex: should be 4.",
+        id="judged-wrong",
+    ),
+    pytest.param(
+        "judged: the kernel broke off",
+        graded(judged=True),
+        run(
+            ran(cell("ok"), cell("ok", PASS)),
+            judged={"ex": ("error", "the kernel stopped answering while f ran")},
+        ),
+        Status.ERROR,
+        "Exercise ex: the kernel stopped answering while f ran.",
+        id="judged-broke-off",
+    ),
+    pytest.param(
+        "judged: no verdict",
+        graded(judged=True),
+        run(ran(cell("ok"), cell("ok", PASS))),
+        Status.ERROR,
+        "Exercise ex: your notebook never answered the grader's calls for this exercise.",
+        id="judged-never-served",
+    ),
+    pytest.param(
+        "judged: no verdict",
+        graded(judged=True),
+        run(ran(cell("ok"), cell("error", ename="NameError", evalue="name 'f' is not defined"))),
+        Status.ERROR,
+        "Exercise ex: the grader could not call your code: NameError: name 'f' is not defined.",
+        id="judged-serve-raised",
+    ),
+    pytest.param(
+        "judged: no verdict",
+        graded(judged=True),
+        # An exercise the judge gave no verdict before it failed.
+        run(ran(cell("ok"), cell("ok")), judge_failed="the judge did not finish"),
+        Status.ERROR,
+        "Not graded: the judge did not finish.",
+        id="judged-judge-failed",
+    ),
+    pytest.param(
+        "judged: passed",
+        graded(judged=True),
+        # A verdict the judge signed stands even when the run was then interrupted.
+        run(ran(cell("ok"), cell("ok")), judged={"ex": ("passed", "4 each.")}, returncode=2),
+        Status.PASSED,
+        "4 each.",
+        id="judged-stands-after-an-abnormal-end",
+    ),
+    pytest.param(
         "the check said no",
         graded(),
         run(ran(cell("ok"), cell("error", ename="ExerciseError", evalue="  Exercise ex: should be 4.\n"))),
@@ -299,6 +381,43 @@ def test_a_flagged_answer_names_six_findings_at_most() -> None:
     assert result.message.endswith("; and 2 more. The check said: failed: no")
 
 
+def test_a_judged_answer_is_never_flagged_the_audit_is_a_note() -> None:
+    found = (Finding("ex", 3, "imports `course_utils.exercises`"),)
+    nb = graded(findings=found, judged=True)
+    the_run = run(ran(cell("ok"), cell("ok")), judged={"ex": ("passed", "4 each.")})
+    decided = verdict.of_run(nb, the_run, OPTIONS)
+    assert decided.exercises == (ExerciseResult("ex", Status.PASSED, "4 each."),)
+    assert (
+        "audit note on ex (its verdict stands): the answer line 3: imports `course_utils.exercises`"
+        in decided.notes
+    )
+
+
+def test_a_run_without_the_sandbox_says_so_in_its_notes() -> None:
+    the_run = run(ran(cell("ok"), cell("ok", PASS)))
+    assert report.NO_SANDBOX not in verdict.of_run(graded(), the_run, OPTIONS).notes
+    assert report.NO_SANDBOX in verdict.of_run(graded(), the_run, replace(OPTIONS, sandbox=False)).notes
+
+
+def test_a_judged_pass_that_calls_the_courses_own_code_is_flagged() -> None:
+    """The judge cannot tell an answer that calls the course's reference from one that solves the
+    exercise: such a pass is flagged for a person; a trick on the check stays a note."""
+    where = "imports `course_utils.exercises.data_parallelism`, where the course's checks and answers live"
+    nb = graded(findings=(Finding("ex", 1, where),), judged=True)
+    passed = run(ran(cell("ok"), cell("ok")), judged={"ex": ("passed", "4 each.")})
+    (result,) = verdict.of_run(nb, passed, OPTIONS).exercises
+    assert result.status is Status.FLAGGED and "The check said: passed: 4 each." in result.message
+    failed = run(ran(cell("ok"), cell("ok")), judged={"ex": ("failed", "Exercise ex: no.")})
+    (result,) = verdict.of_run(nb, failed, OPTIONS).exercises
+    assert result.status is Status.FAILED
+
+
+def test_packages_changed_during_a_run_grade_nothing() -> None:
+    the_run = run(ran(cell("ok"), cell("ok", PASS)), tampered="the course's packages changed")
+    _, result = decide(graded(), the_run)
+    assert result == ExerciseResult("ex", Status.ERROR, "Not graded: the course's packages changed.")
+
+
 def test_a_missing_answer_is_never_flagged() -> None:
     found = (Finding("ex", 1, "imports `course_utils.exercises`"),)
     _, result = decide(graded(answered=False, findings=found), run(ran(cell("ok"), cell("ok", PASS))))
@@ -315,6 +434,17 @@ NOTEBOOK_CASES = [
         Status.ERROR,
         ("Not graded: the notebook's kernel did not start: RuntimeError: no kernel.",),
         id="cannot-be-graded",
+    ),
+    pytest.param(
+        "the run did not end normally",
+        # Its records say every cell passed; its exit status says it was interrupted.
+        run(ran(cell("ok"), cell("ok", PASS)), returncode=2),
+        Status.ERROR,
+        (
+            "Not graded: the grading run did not end normally (exit code 2), so nothing it reported "
+            "counts (code in the notebook may have stopped the process that runs it).",
+        ),
+        id="abnormal-end",
     ),
     pytest.param(
         "the notebook timeout",

@@ -1,7 +1,7 @@
 """Graders (inside the engine): the audit, what in an answer reaches for the checks instead of solving it.
 
-A check runs in the same Python kernel as the student's code, so code in an answer cell can
-replace the check, the functions it relies on (``numpy.allclose``, ``tf.debugging``, the course's
+A check that runs in the same Python kernel as the student's code (31 exercises of 44) can be
+fooled: code in an answer cell can replace the check, the functions it relies on (``numpy.allclose``, ``tf.debugging``, the course's
 ``expect``), the output it is judged by, or call the course's own reference implementation.
 Whatever runs in that kernel can be forged by code in that kernel; the source the student handed in
 cannot. So the grader reads every answer's syntax tree, in its own process and before anything
@@ -18,9 +18,11 @@ runs, and lists each place that
 * writes a check's pass line (``[pass]``) or names the grader's channel (``COURSE_GRADE``,
   ``grade-fd``, ``/proc/``).
 
-A finding does not decide the grade: the exercise is reported ``flagged`` with the check's own
-result beside it, earns no points until a person has looked, and the report lists it under
-"Flagged for review". No honest answer in the course's masters has a finding (a test keeps it so).
+For an exercise still checked in the kernel, a finding makes it ``flagged``, with the check's own
+result beside it: no points until a person has looked, listed under "Flagged for review". For an
+exercise the judge decides outside the kernel (:mod:`.judge`), a trick cannot change the verdict, so
+a finding is a note; only a pass whose answer reaches for the course's own code (:func:`borrows`) is
+flagged. No honest answer in the course's masters has a finding (a test keeps it so).
 """
 
 from __future__ import annotations
@@ -209,6 +211,15 @@ def _findings(tree: ast.AST, modules: frozenset[str]) -> Iterator[tuple[int, str
             for text in GRADER_TEXT:
                 if text.lower() in node.value.lower():
                     yield line, f"writes {text!r}, which only the checks or the grader write"
+
+
+def borrows(finding: Finding) -> bool:
+    """Whether a finding is the answer reaching for the course's own code (its checks, references or
+    grader) rather than playing a trick on a check: the judge cannot tell that from solving it."""
+    return (
+        "where the course's checks and answers live" in finding.what
+        or "the course's own implementation" in finding.what
+    )
 
 
 def audit(exercise: str, source: str, modules: frozenset[str] = KNOWN_MODULES) -> list[Finding]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..cellmeta import exercise_id, role
-from . import audit, code, context
+from . import audit, code, context, judge
 from .course import CourseNotebook
 from .submissions import Submission
 
@@ -63,6 +63,9 @@ class GradedNotebook:
     #: The master's code cells (0-based among code cells) before the last check that were left out:
     #: nothing a check or an answer reads comes from them.
     left_out: tuple[int, ...] = ()
+    #: The exercises the judge decides outside the kernel (:mod:`.judge`), each with the answer's
+    #: source under every name the judge reads as a literal.
+    judged: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def find_answers(sub: Submission, nb: CourseNotebook) -> dict[str, Answer]:
@@ -138,6 +141,14 @@ def build(nb: CourseNotebook, answers: dict[str, Answer], *, whole: bool = False
         answer = answers.get(ex.id)
         solution.source = answer.source if answer and answer.source is not None else ex.placeholder
         solution.metadata = {"course": {"role": "solution", "exercise": ex.id}}
+    judged: dict[str, dict[str, str]] = {}
+    for ex in nb.exercises:
+        if ex.id in judge.JUDGED:
+            check = graded.cells[ex.check_cell]
+            check.source = judge.serve_source(ex.id, check.source)
+            answer = answers.get(ex.id)
+            source = answer.source if answer and answer.source is not None else ""
+            judged[ex.id] = {name: source for name in judge.JUDGED[ex.id].literals}
     # Nothing after the last check can be the context of a check: the grading run stops there
     # (summaries, the runtime doctor, demonstrations that only show things).
     last_check = max((ex.check_cell for ex in nb.exercises), default=len(graded.cells) - 1)
@@ -174,6 +185,7 @@ def build(nb: CourseNotebook, answers: dict[str, Answer], *, whole: bool = False
         {ex.id: ex.names for ex in nb.exercises},
         findings,
         tuple(left_out),
+        judged,
     )
 
 

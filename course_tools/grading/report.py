@@ -8,11 +8,15 @@ maximum points of every notebook in the report.
 ``report.json`` holds everything the other files are written from (results with their notes,
 sources and run times; each notebook's points; how the runs were set up), so that
 ``python -m course_tools.grade merge`` rebuilds the whole report from the shards' JSON files.
+When the grader's environment holds ``COURSE_GRADE_KEY`` (a secret the grading runs never see),
+report.json carries an HMAC of its content (``"signature"``) that ``merge`` verifies.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -23,6 +27,28 @@ from typing import Any, Optional
 from course_utils.errors import first_line
 
 from .records import NOTEBOOK_STATUSES, Result, Status, number
+
+#: The environment variable with the key that signs report.json (never passed to a grading run).
+KEY_VARIABLE = "COURSE_GRADE_KEY"
+
+#: The note every result graded without the sandbox carries (and the gradebook's ``sandbox`` column).
+NO_SANDBOX = (
+    "graded without the sandbox: the student's code could reach every file and process your user "
+    'can, and could outlive its run (see docs/grading.md, "Who decides a grade")'
+)
+
+
+def signing_key() -> Optional[bytes]:
+    """The key of :data:`KEY_VARIABLE`, read now (None when it is not set)."""
+    value = os.environ.get(KEY_VARIABLE, "")
+    return value.encode() if value else None
+
+
+def signature(data: dict[str, Any], key: bytes) -> str:
+    """The HMAC-SHA256 of report.json's content (everything but its ``signature``)."""
+    body = json.dumps({k: v for k, v in data.items() if k != "signature"}, sort_keys=True, ensure_ascii=False)
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
 
 ICONS = {
     Status.PASSED: "✅",
@@ -89,6 +115,9 @@ def write_json(
         },
         "run": run,
     }
+    key = signing_key()
+    if key is not None:
+        data["signature"] = signature(json.loads(json.dumps(data, ensure_ascii=False)), key)
     # Written whole or not at all: a merge job may be waiting for this file to appear.
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
@@ -133,12 +162,15 @@ def write_csv(results: list[Result], path: Path) -> None:
 def write_gradebook(results: list[Result], path: Path, notebooks: dict[str, dict[str, float]]) -> None:
     """One row per student, one column per notebook (points earned, empty when not handed in), a total."""
     columns = gradebook_notebooks(results, notebooks)
+    # Where any notebook was graded without the sandbox, a last column says so on every row.
+    exposed = {r.student for r in results if NO_SANDBOX in r.notes}
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", *columns, "total"])
+        writer.writerow(["student", *columns, "total", *(["sandbox"] if exposed else [])])
         for row in student_totals(results, notebooks):
             cells = ["" if row["notebooks"][n] is None else row["notebooks"][n] for n in columns]
-            writer.writerow([row["student"], *cells, row["points"]])
+            flag = ["off" if row["student"] in exposed else "on"] if exposed else []
+            writer.writerow([row["student"], *cells, row["points"], *flag])
 
 
 def write_markdown(

@@ -11,7 +11,11 @@ plugin, the sandbox), on its ``PYTHONPATH``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import hashlib
+import hmac
+import json
 import os
 import secrets
 import shutil
@@ -28,7 +32,7 @@ from typing import Any, Mapping, Optional
 import course_utils
 from course_utils.processes import PeakMemory
 
-from . import protocol, sandbox
+from . import judge, protocol, sandbox
 from .extract import GradedNotebook
 
 #: Variables of the grader's environment that a run may see; nothing else is passed on.
@@ -67,6 +71,12 @@ class RunResult:
     #: (pytest, nbval and the kernel).
     kernel_peak_bytes: int = 0
     run_peak_bytes: int = 0
+    #: The judge's verdicts (:mod:`.judge`): exercise id -> ``(status, message)``.
+    judged: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    #: Why the judge's verdicts cannot be used ("" when they can, or when nothing was judged).
+    judge_failed: str = ""
+    #: Why no grade of this run can be trusted ("" when it can): the course's packages changed.
+    tampered: str = ""
 
 
 _active: set[subprocess.Popen] = set()
@@ -107,6 +117,7 @@ def run_environment(work: Path, options: RunOptions, token: str) -> dict[str, st
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONNOUSERSITE="1",
         PYTHONPATH=package_path(),
+        COURSE_JUDGE_SOCKET=str(work / judge.SOCKET),
         PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
         PYDEVD_DISABLE_FILE_VALIDATION="1",
         TF_CPP_MIN_LOG_LEVEL="2",
@@ -155,15 +166,151 @@ def pytest_command(notebook: str, graded: GradedNotebook, options: RunOptions, f
     ]
 
 
-def _kill_leftovers(token: str) -> None:
-    """Kill the processes of one run that outlived it (they carry its COURSE_GRADE_RUN token)."""
-    from course_utils.processes import processes_marked
+#: PR_SET_CHILD_SUBREAPER of prctl(2): orphaned descendants are re-parented to this process.
+_PR_SET_CHILD_SUBREAPER = 36
+_reaping: list[bool] = []
 
-    for pid in processes_marked("COURSE_GRADE_RUN", token):
+
+def adopt_orphans() -> bool:
+    """Make the grader the reaper of its descendants (Linux): a process a run leaves behind, even
+    one that changed its session, double-forked or cleared its environment, becomes the grader's
+    child when its parent exits, so :func:`end_orphans` can find it. False where it cannot."""
+    if not _reaping:
+        import ctypes
+
         try:
-            os.kill(pid, signal.SIGKILL)
+            ok = sys.platform == "linux" and ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            ok = False
+        _reaping.append(ok)
+    return _reaping[0]
+
+
+def _children() -> list[int]:
+    """The process ids whose parent is this process (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+            found.append(int(entry))
+    return found
+
+
+def end_orphans() -> int:
+    """Kill every child of the grader that is not a run or a judge in progress: what a run left
+    behind (it was re-parented here, :func:`adopt_orphans`). How many there were."""
+    if not (_reaping and _reaping[0]):
+        return 0
+    ended = 0
+    for _ in range(5):  # an orphan's own children are re-parented here when it dies
+        with _active_lock:
+            ours = {proc.pid for proc in _active}
+            strays = [pid for pid in _children() if pid not in ours]
+            for pid in strays:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(OSError):
+                    os.waitpid(pid, os.WNOHANG)  # a zombie left now is reaped by the next sweep
+        if not strays:
+            break
+        ended += len(strays)
+    return ended
+
+
+class Judge:
+    """The judge of one run (:mod:`.judge`): a fresh process, outside the sandbox, that never runs
+    student code; it listens on ``judge.sock`` in the run's folder before the notebook starts."""
+
+    def __init__(self, work: Path, graded: GradedNotebook, options: RunOptions) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="judge-", dir=work.parent))
+        for sub in ("home", "tmp"):
+            (self.home / sub).mkdir()
+        env = run_environment(self.home, options, "")
+        env.pop("COURSE_GRADE_RUN", None)
+        env["CUDA_VISIBLE_DEVICES"] = ""  # the references run on CPUs; a GPU stays the kernel's
+        self.key = secrets.token_bytes(32)
+        job = {
+            "socket": str(work / judge.SOCKET),
+            "exercises": graded.judged,
+            "timeout": options.cell_timeout + 30,
+            "seed": secrets.randbits(32),
+            "key": self.key.hex(),
+        }
+        self.records: list[dict[str, Any]] = []
+        with _active_lock:  # a child that is not in _active would be taken for an orphan
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "course_tools.grading.judge"],
+                cwd=self.home,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            _active.add(self.proc)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write((json.dumps(job) + "\n").encode())
+        self.proc.stdin.flush()
+        self.listening = self._next() is not None
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _next(self) -> Optional[dict[str, Any]]:
+        """The next record that verifies under this run's key (lines that do not are skipped)."""
+        assert self.proc.stdout is not None
+        while line := self.proc.stdout.readline():
+            try:
+                signed = json.loads(line)
+                record, tag = signed["record"], str(signed["mac"])
+            except (ValueError, TypeError, KeyError):
+                continue
+            if isinstance(record, dict) and hmac.compare_digest(
+                tag, judge.mac(self.key, json.dumps(record, sort_keys=True))
+            ):
+                return record
+        return None
+
+    def _read(self) -> None:
+        while (record := self._next()) is not None:
+            self.records.append(record)
+
+    def watch(self, run_pid: int) -> None:
+        """Tell the judge which process runs the notebook: only its descendants are answered."""
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.write((json.dumps({"run": run_pid}) + "\n").encode())
+            self.proc.stdin.flush()
+
+    def finish(self) -> tuple[dict[str, tuple[str, str]], str]:
+        """Close the judge's stdin and wait for it: its verdicts (the first for each exercise), and
+        why exercises without one were not judged ("" when the judge ended normally)."""
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        with _active_lock:
+            _active.discard(self.proc)
+        self.thread.join(timeout=10)
+        shutil.rmtree(self.home, ignore_errors=True)
+        verdicts: dict[str, tuple[str, str]] = {}
+        for r in self.records:
+            if "exercise" in r:
+                verdicts.setdefault(str(r["exercise"]), (str(r.get("status")), str(r.get("message", ""))))
+        if not self.listening:
+            return {}, "the judge did not start"
+        if not any(r.get("end") for r in self.records) or self.proc.returncode != 0:
+            return verdicts, f"the judge did not finish (exit code {self.proc.returncode})"
+        return verdicts, ""
 
 
 def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions) -> RunResult:
@@ -186,6 +333,10 @@ def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions)
     start = time.monotonic()
     lines: list[bytes] = []
     timed_out = False
+    adopt_orphans()
+    before = course_digest()
+    _first_digest[:] = _first_digest[:1] or [before]
+    judging = Judge(work, graded, options) if graded.judged else None
 
     def reader() -> None:
         with os.fdopen(read_end, "rb") as pipe:
@@ -195,20 +346,26 @@ def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions)
     thread = threading.Thread(target=reader, daemon=True)
     with open(log_path, "wb") as log:
         try:
-            proc = subprocess.Popen(
-                argv,
-                cwd=work,
-                env=run_environment(work, options, token),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(write_end,),
-                start_new_session=True,
-            )
+            with _active_lock:  # a child that is not in _active would be taken for an orphan
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=work,
+                    env=run_environment(work, options, token),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(write_end,),
+                    start_new_session=True,
+                )
+                _active.add(proc)
+        except BaseException:
+            if judging is not None:
+                judging.finish()
+            raise
         finally:
             os.close(write_end)
-        with _active_lock:
-            _active.add(proc)
+        if judging is not None:
+            judging.watch(proc.pid)
         peak = PeakMemory(proc.pid, part="ipykernel_launcher").start()
         thread.start()
         try:
@@ -223,9 +380,14 @@ def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions)
         finally:
             with _active_lock:
                 _active.discard(proc)
-    _kill_leftovers(token)
+    # What the run left behind: its process group, then whatever escaped it (re-parented here).
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    end_orphans()
     thread.join(timeout=10)
     peak.stop()
+    judged, judge_failed = judging.finish() if judging else ({}, "")
+    changed = course_changed(before)
     seconds = time.monotonic() - start
     try:
         text = log_path.read_text(errors="replace")[-6000:]
@@ -243,6 +405,35 @@ def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions)
         workdir=work,
         kernel_peak_bytes=peak.part_bytes,
         run_peak_bytes=peak.bytes,
+        judged=judged,
+        judge_failed=judge_failed,
+        tampered=changed,
+    )
+
+
+def course_digest() -> str:
+    """A digest of both packages' files, ``course_utils`` and ``course_tools``, as they are now."""
+    digest = hashlib.sha256()
+    for package in (Path(course_utils.__file__).resolve().parent, Path(__file__).resolve().parents[1]):
+        for path in sorted(package.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(package.parent)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+#: Both packages' digest when the grader's first run began (set by :func:`run`).
+_first_digest: list[str] = []
+
+
+def course_changed(before: str) -> str:
+    """ "" while both packages are as the grader's first run found them and as this run (which
+    began with digest ``before``) found them; else why no grade can be trusted."""
+    now = course_digest()
+    if now == before == _first_digest[0]:
+        return ""
+    return (
+        "the course's packages (course_utils, course_tools) changed on disk while the grader ran: a "
+        "submission rewrote them; restore them and grade again (this and every later run)"
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import hmac
 import json
 import re
 import sys
@@ -23,8 +24,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
+from . import course as course_mod
 from . import report
-from .records import Result
+from .course import Course
+from .records import Result, number
 from .submissions import Submission
 
 EXIT_OK, EXIT_USAGE, EXIT_GRADER = 0, 2, 3
@@ -112,23 +115,48 @@ def check_complete(reports: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     return problems
 
 
-def merge(folders: list[Path], out: Path) -> list[Result]:
-    """Combine the reports in ``folders`` into one report in ``out``; ShardError when they do not fit."""
+def merge(folders: list[Path], out: Path, course: Optional[Course] = None) -> list[Result]:
+    """Combine the reports in ``folders`` into one report in ``out``; ShardError when they do not fit.
+
+    Every exercise's points are computed again from its status and the points of ``course``'s
+    masters (else of the reports), never taken from the files; with ``COURSE_GRADE_KEY`` set, a
+    report whose signature does not verify is refused."""
     import nbformat
 
     reports = [(folder, _load(folder)) for folder in folders]
     problems = check_complete(reports)
+    secret = report.signing_key()
+    for folder, data in reports:
+        mark = data.get("signature")
+        if secret is not None and not (
+            isinstance(mark, str) and hmac.compare_digest(mark, report.signature(data, secret))
+        ):
+            problems.append(
+                f"{folder / 'report.json'} does not verify with {report.KEY_VARIABLE}: it was changed after "
+                "the grader wrote it, or signed with another key (or none)"
+            )
     results: list[Result] = []
     seen: dict[tuple[str, str, str], Path] = {}
     notebooks: dict[str, dict[str, float]] = {}
     for folder, data in reports:
         for name, info in data["notebooks"].items():
             worth = {str(i): float(p) for i, p in info.get("exercises", {}).items()}
+            if course is not None:
+                if name not in course.notebooks:
+                    problems.append(f"{folder}: notebook {name} is not in the course")
+                    continue
+                worth = {i: float(p) for i, p in course.notebooks[name].points().items()}
             if name in notebooks and notebooks[name] != worth:
                 problems.append(f"{folder}: notebook {name} has other points than in another report")
             notebooks[name] = worth
         for item in data["results"]:
             result = Result.from_json(item)
+            worth = notebooks.get(result.notebook, {})
+            result = replace(  # the points again, from the statuses: never the file's numbers
+                result,
+                exercises=tuple(e.scored(worth) for e in result.exercises),
+                max_points=number(sum(worth.values())),
+            )
             key = (result.student, result.notebook, result.source)
             if key in seen:
                 problems.append(
@@ -159,6 +187,11 @@ def merge(folders: list[Path], out: Path) -> list[Result]:
     settings = {json.dumps([d["run"].get("env"), d["run"].get("limits")]) for _, d in reports}
     if len(settings) > 1:
         run["notes"] = ["**Note:** the merged reports were graded with different settings (see each one)."]
+    if secret is None:
+        run["notes"].append(
+            f"**Note:** the reports were merged without {report.KEY_VARIABLE}, so nothing proves they are "
+            "as the grader wrote them (the points were computed again from the statuses)."
+        )
     results.sort(key=lambda r: (r.notebook, r.student.lower()))
     return report.write_all(results, out, report.header(results, run), notebooks, run)
 
@@ -170,6 +203,11 @@ def merge_main(argv: Optional[list[str]] = None) -> int:
     )
     parser.add_argument("folders", nargs="+", metavar="DIR", help="the --out folder of each shard")
     parser.add_argument("--out", required=True, metavar="DIR", help="where the merged report goes")
+    parser.add_argument(
+        "--course",
+        metavar="DIR",
+        help="the course folder whose masters give the points (default: this checkout)",
+    )
     args = parser.parse_args(argv)
     folders = [Path(f).expanduser().resolve() for f in args.folders]
     out = Path(args.out).expanduser().resolve()
@@ -177,8 +215,9 @@ def merge_main(argv: Optional[list[str]] = None) -> int:
         print("grade merge: --out must be a new folder, not one of the shards.", file=sys.stderr)
         return EXIT_USAGE
     try:
-        results = merge(folders, out)
-    except ShardError as error:
+        course = course_mod.load_course(course_mod.find_course_root(args.course))
+        results = merge(folders, out, course)
+    except (ShardError, course_mod.CourseNotFound) as error:
         print(f"grade merge: {error}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as error:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence
 
-from . import protocol
+from . import audit, protocol, report
 from .extract import GradedNotebook
 from .protocol import CellRecord, CellResult
 from .records import ExerciseResult, Status, Verdict
@@ -39,6 +39,8 @@ class RunFacts:
     #: Why nothing in this run can be graded ("" when it can): the kernel or the run did not
     #: start, or a course cell failed before any student code ran.
     grader_failed: str
+    #: Why the run's own records cannot be trusted ("" when they can): it did not end normally.
+    abnormal_end: str
     notebook_timed_out: bool
     #: A cell timed out and could not be interrupted, so the kernel was stopped.
     stopped_after_timeout: bool
@@ -65,6 +67,29 @@ class Case:
     check: Optional[CellRecord]
     run: RunFacts
     cell_timeout: float
+    #: Judged outside the kernel (:mod:`.judge`): its verdict ``(status, message)`` when there is one.
+    judged: bool = False
+    judge: Optional[tuple[str, str]] = None
+    #: Why the judge's verdicts cannot be used ("" when they can).
+    judge_failed: str = ""
+
+    @property
+    def judge_says(self) -> str:
+        assert self.judge is not None
+        return self.judge[1]
+
+    def judge_status(self, status: str) -> bool:
+        """A verdict the judge signed stands, whatever happened to the run after it."""
+        return self.judged and self.judge is not None and self.judge[0] == status
+
+    @property
+    def no_verdict(self) -> str:
+        """Why a judged exercise has no verdict, in the words of its cell."""
+        if self.judge_failed:
+            return f"Not graded: {self.judge_failed}."
+        if _ran(self.check, CellResult.ERROR):
+            return f"Exercise {self.id}: the grader could not call your code: {self.check_error}."
+        return f"Exercise {self.id}: your notebook never answered the grader's calls for this exercise."
 
     @property
     def states(self) -> set[CellResult]:
@@ -149,6 +174,13 @@ EXERCISE_ROWS: tuple[Row, ...] = (
     Row("the answer raised", lambda c: _ran(c.solution, CellResult.ERROR), Status.ERROR,
         "Exercise {c.id}: your exercise cell raised {c.answer_error}. Fix the cell so that "
         "it runs without an error, then run its check again."),
+    Row("judged: passed", lambda c: c.judge_status("passed"), Status.PASSED, "{c.judge_says}"),
+    Row("judged: wrong", lambda c: c.judge_status("failed"), Status.FAILED, "{c.judge_says}"),
+    Row("judged: the kernel broke off", lambda c: c.judge_status("error"), Status.ERROR,
+        "Exercise {c.id}: {c.judge_says}."),
+    Row("judged: no verdict", lambda c: c.judged, Status.ERROR, "{c.no_verdict}"),
+    Row("the run did not end normally", lambda c: bool(c.run.abnormal_end), Status.ERROR,
+        "Not graded: {c.run.abnormal_end}."),
     Row("the check said no",
         lambda c: _ran(c.check, CellResult.ERROR) and c.check.ename == "ExerciseError", Status.FAILED,
         "{c.check_says}"),
@@ -166,6 +198,8 @@ EXERCISE_ROWS: tuple[Row, ...] = (
 NOTEBOOK_ROWS: tuple[Row, ...] = (
     Row("the run cannot be graded", lambda c: bool(c.grader_failed), Status.ERROR,
         "Not graded: {c.grader_failed}."),
+    Row("the run did not end normally", lambda c: bool(c.abnormal_end), Status.ERROR,
+        "Not graded: {c.abnormal_end}."),
     Row("the notebook timeout", lambda c: c.notebook_timed_out, Status.TIMEOUT,
         "The notebook did not run to the end: it hit the notebook timeout."),
     Row("the kernel stopped after a timeout", lambda c: c.stopped_after_timeout, Status.TIMEOUT,
@@ -203,6 +237,7 @@ def of_run(graded: GradedNotebook, run: RunResult, options: RunOptions) -> Verdi
     """The verdict on one run: the notebook's status, each exercise's, and notes for the grader."""
     facts = run_facts(graded, run, options)
     exercises = []
+    audit_notes: list[str] = []
     for ex in graded.exercises:
         answer = graded.answers.get(ex.id)
         case = Case(
@@ -213,17 +248,42 @@ def of_run(graded: GradedNotebook, run: RunResult, options: RunOptions) -> Verdi
             check=run.cells.get(ex.check),
             run=facts,
             cell_timeout=options.cell_timeout,
+            judged=ex.id in graded.judged,
+            judge=run.judged.get(ex.id),
+            judge_failed=run.judge_failed,
         )
         row, hint = first_row(EXERCISE_ROWS, case)
-        exercises.append(audited(ExerciseResult(ex.id, row.status, hint), graded.findings.get(ex.id, [])))
+        result = ExerciseResult(ex.id, row.status, hint)
+        findings = graded.findings.get(ex.id, [])
+        if case.judged:
+            # Judged outside the kernel, no trick on the check can change the verdict: what the
+            # audit saw is a note. One thing the judge cannot tell from solving the exercise is an
+            # answer that calls the course's own code: a pass that does is flagged for a person.
+            borrowed = [f for f in findings if audit.borrows(f)]
+            if borrowed and result.status is Status.PASSED:
+                exercises.append(audited(result, borrowed))
+            else:
+                audit_notes += [
+                    f"audit note on {ex.id} (its verdict stands): the answer {f}" for f in findings[:3]
+                ]
+                exercises.append(result)
+        else:
+            exercises.append(audited(result, findings))
     row, note = first_row(NOTEBOOK_ROWS, facts)
-    return Verdict(row.status, tuple(exercises), ((note,) if note else ()) + facts.course_notes)
+    notes = ((note,) if note else ()) + facts.course_notes + tuple(audit_notes)
+    if not options.sandbox:
+        notes += (report.NO_SANDBOX,)
+    if run.judge_failed:
+        notes += (run.judge_failed,)
+    return Verdict(row.status, tuple(exercises), notes)
 
 
 def run_facts(graded: GradedNotebook, run: RunResult, options: RunOptions) -> RunFacts:
     """The run as a whole: could it be graded at all, did it run out of time, did the kernel die."""
     grader_failed = ""
-    if run.setup_error:
+    if run.tampered:
+        grader_failed = run.tampered
+    elif run.setup_error:
         grader_failed = (
             f"the notebook's kernel did not start: {run.setup_error.strip().splitlines()[-1][:300]}"
         )
@@ -245,8 +305,17 @@ def run_facts(graded: GradedNotebook, run: RunResult, options: RunOptions) -> Ru
         _, where, what = failures[early]
         grader_failed = f"{where} failed before any student code ran: {what}"
     died = [n for n, r in run.cells.items() if r.result is CellResult.DIED]
+    abnormal_end = ""
+    if not grader_failed and not run.notebook_timed_out and run.returncode not in (0, 1, None):
+        # pytest ends with 0 or 1 whatever the cells did; anything else (killed, interrupted) is a
+        # run that did not end normally: nothing it reported counts (the judge's verdicts do).
+        abnormal_end = (
+            f"the grading run did not end normally (exit code {run.returncode}), so nothing it reported "
+            "counts (code in the notebook may have stopped the process that runs it)"
+        )
     return RunFacts(
         grader_failed=grader_failed,
+        abnormal_end=abnormal_end,
         notebook_timed_out=run.notebook_timed_out,
         stopped_after_timeout=any(
             r.result is CellResult.TIMEOUT and r.kernel_stopped for r in run.cells.values()

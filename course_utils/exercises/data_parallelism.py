@@ -9,6 +9,7 @@ import numpy as np
 from ..checks import exercise, expect, expect_close, passed
 from ..compare import factor, flat
 from ..strategies import mirrored_cpus
+from . import unseen
 
 
 def mean_loss_gradient(params: dict, x: np.ndarray, y: np.ndarray) -> dict:
@@ -71,12 +72,17 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
 def check_data_parallel_gradient(data_parallel_gradient: Callable[[list, list], dict]) -> None:
     """``data_parallel_gradient(local_means, shard_sizes)``: the replicas' mean gradients of their own
     shards, combined, must equal one device's gradient of the whole batch."""
-    rng = np.random.default_rng(7)
+    drawn = unseen()  # grading: weights, examples and one more split the student never saw
+    rng = np.random.default_rng(7 if drawn is None else drawn.randrange(2**31))
+    cases = list(GRADIENT_CASES)
+    if drawn is not None:
+        replicas = drawn.randint(2, 5)
+        cases.append((replicas, drawn.randint(replicas + 1, 24)))
     params = {"kernel": 0.3 * rng.normal(size=(4, 3)), "bias": 0.1 * rng.normal(size=3)}
     x_all, y_all = rng.normal(size=(24, 4)), rng.integers(0, 3, size=24)
     with exercise("data_parallel_gradient"):
         runs = []  # (shard sizes, local means flattened, one device's gradient, the answer)
-        for replicas, batch in GRADIENT_CASES:
+        for replicas, batch in cases:
             x, y = x_all[:batch], y_all[:batch]
             means, sizes = _local_means(params, x, y, replicas)
             got = data_parallel_gradient([{k: v.copy() for k, v in m.items()} for m in means], list(sizes))
@@ -247,7 +253,11 @@ def check_epoch_traffic(epoch_traffic: Callable[..., float]) -> None:
     with exercise("epoch_traffic"):
         steps_two = len(epoch_batches(_two_replicas(), EPOCH_EXAMPLES, PER_REPLICA_BATCH))
         runs = []  # (case, steps, the right bytes, the answer)
-        for params, examples, batch, n, width in TRAFFIC_CASES:
+        cases = list(TRAFFIC_CASES)
+        if (rng := unseen()) is not None:  # grading: a model and a cluster the student never saw
+            params, examples, n = rng.randint(10**3, 10**7), rng.randint(10**3, 10**6), rng.randint(2, 16)
+            cases.append((params, examples, rng.choice([16, 32, 64]), n, rng.choice([2, 4])))
+        for params, examples, batch, n, width in cases:
             got = epoch_traffic(params, examples, batch, n, width)
             expect(
                 _is_number(got),

@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import compare
 from ..checks import exercise, expect, expect_close, passed
+from . import unseen
 
 #: The script of exercise ``fit_on_replicas`` trains with plain SGD at this rate.
 SCRIPT_LEARNING_RATE = 0.05
@@ -393,6 +394,16 @@ def check_scaled_batch_and_lr(scaled_batch_and_lr: Callable[[int, int, float, in
         (64, 8, 0.1, 256, 512, 0.2),
         (128, 3, 0.01, 32, 384, 0.12),
     ]
+    if (rng := unseen()) is not None:  # grading: a case the student never saw
+        per_replica, replicas, base, rate = (
+            rng.choice([16, 48]),
+            rng.randint(2, 12),
+            rng.choice([16, 128]),
+            0.02,
+        )
+        cases.append(
+            (per_replica, replicas, rate, base, per_replica * replicas, rate * per_replica * replicas / base)
+        )
     with exercise(exercise_id):
         for per_replica, replicas, base_lr, base_batch, want_batch, want_lr in cases:
             call = f"scaled_batch_and_lr({per_replica}, {replicas}, {base_lr}, {base_batch})"

@@ -18,6 +18,7 @@ import numpy as np
 from .. import compare
 from ..checks import exercise, expect, passed
 from ..devices import quiet_native_logs
+from . import unseen
 
 #: The examples and the batch of the coordinator checks: 16 rows of 8 features, batches of 4.
 ROWS, FEATURES, BATCH = 16, 8, 4
@@ -502,6 +503,8 @@ def check_ps_placement(
         ([5], 2),
         ([1, 2], 4),
     ]
+    if (rng := unseen()) is not None:  # grading: a layout the student never saw
+        cases.append(([rng.randint(1, 4) for _ in range(rng.randint(2, 5))], rng.randint(2, 5)))
     with exercise("ps_placement"):
         for counts, num_ps in cases:
             raw = ps_placement(list(counts), num_ps)

@@ -23,6 +23,7 @@ from ..checks import exercise, expect, passed
 from ..errors import ExerciseError, ReplicaCountError
 from ..models import tutorial_train_step
 from ..runtime import import_tensorflow as _tf
+from . import unseen
 
 #: The check data: features of 4 numbers (the first is the example's index / 100), 3 classes.
 FEATURES, CLASSES = 4, 3
@@ -370,7 +371,11 @@ def check_pipelined_throughput(pipelined_throughput: Callable[[float, float, boo
             _close(got, 1_200.0),
             f"Without prefetch: 1 / (1/2000 + 1/3000) = 1,200 examples/s expected, got {got:,.1f}.",
         )
-        for args, want in [((5_000.0, 1_000.0, True), 1_000.0), ((1_000.0, 1_000.0, False), 500.0)]:
+        cases = [((5_000.0, 1_000.0, True), 1_000.0), ((1_000.0, 1_000.0, False), 500.0)]
+        if (rng := unseen()) is not None:  # grading: rates the student never saw
+            feed, step = float(rng.randint(100, 9_000)), float(rng.randint(100, 9_000))
+            cases += [((feed, step, True), min(feed, step)), ((feed, step, False), 1 / (1 / feed + 1 / step))]
+        for args, want in cases:
             got = _number(pipelined_throughput(*args), "pipelined_throughput")
             expect(_close(got, want), f"pipelined_throughput{args} should be {want:,.1f}, got {got:,.1f}.")
     passed("pipelined_throughput", "the slower side sets the pace with prefetch; times add up without.")

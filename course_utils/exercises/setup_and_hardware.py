@@ -6,6 +6,7 @@ from typing import Callable
 
 from ..checks import exercise, expect, passed
 from ..strategies import mirrored_cpus
+from . import unseen
 
 
 def _uneven_means() -> tuple[float, float]:
@@ -65,21 +66,29 @@ def check_uneven_mean(uneven_mean: Callable[[], float]) -> None:
 def check_per_replica_batch(per_replica_batch: Callable[[int, int], int]) -> None:
     """``per_replica_batch(global_batch, replicas)``: the share of each replica, or ValueError."""
     with exercise("per_replica_batch"):
-        for global_batch, replicas, want in [(256, 2, 128), (256, 1, 256), (256, 4, 64), (96, 3, 32)]:
+        cases = [(256, 2, 128), (256, 1, 256), (256, 4, 64), (96, 3, 32)]
+        uneven = [(100, 3)]
+        if (rng := unseen()) is not None:  # grading: a case of each kind the student never saw
+            replicas, share = rng.randint(2, 9), rng.randint(3, 60)
+            cases.append((share * replicas, replicas, share))
+            uneven.append((share * replicas + rng.randint(1, replicas - 1), replicas))
+        for global_batch, replicas, want in cases:
             got = per_replica_batch(global_batch, replicas)
             expect(
                 got == want and isinstance(got, int),
                 f"per_replica_batch({global_batch}, {replicas}) should be {want} (an int), got {got!r}. "
                 "Each replica gets the global batch divided by the number of replicas.",
             )
-        try:
-            per_replica_batch(100, 3)
-        except ValueError:
-            pass
-        else:
-            expect(
-                False,
-                "per_replica_batch(100, 3) should raise ValueError: 100 examples cannot be split "
-                "evenly over 3 replicas, and the course asks you to say so rather than round.",
-            )
+        for global_batch, replicas in uneven:
+            try:
+                per_replica_batch(global_batch, replicas)
+            except ValueError:
+                pass
+            else:
+                expect(
+                    False,
+                    f"per_replica_batch({global_batch}, {replicas}) should raise ValueError: {global_batch} "
+                    f"examples cannot be split evenly over {replicas} replicas, and the course asks you to "
+                    "say so rather than round.",
+                )
     passed("per_replica_batch", "global batches split evenly, uneven ones refused.")

@@ -1,0 +1,480 @@
+"""Graders (inside the runner): the judge, a process that never runs student code and decides the grade.
+
+For the exercises in :data:`JUDGED`, the grading run does not run the check in the student's
+kernel. The check cell of the graded notebook becomes ``serve(ID, name=function)``
+(:func:`serve_source`, and :mod:`course_tools.grading.answers` on the kernel's side); the runner starts
+this module as a fresh process (``python -m course_tools.grading.judge``) before the notebook runs.
+For each exercise the kernel serves, the judge calls the course's own check function here, with
+:class:`Remote` stand-ins for the student's functions: each call sends its arguments to the
+kernel, which calls the student's function and sends back what it returned or raised, as plain
+data. The check computes every reference itself, in this process, on the inputs it chooses,
+including cases drawn here at grading time (:data:`course_utils.exercises.UNSEEN`), and its outcome
+is the verdict. A prediction (``"literal:NAME"``, ``"returns:NAME"``) is read from the answer's
+source (literals, arithmetic on numbers and a few functions of numbers: :func:`constant`), never run.
+
+The kernel can only answer: it never sees the check, its references, its frame or its output,
+and what it sends is judged, never trusted as a verdict. The judge's records go to the runner
+through this process's standard output, each with an HMAC under a key the kernel never sees: the
+sandbox puts the kernel in its own PID namespace, and without it a line the kernel writes into this
+pipe through /proc does not verify. Only the run's own kernel is answered (its process descends from
+the run's). One record a line: ``{"exercise", "status", "message"}`` for each exercise judged, then
+``{"end": true}``; an exercise the judge gave no verdict is not graded.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import hashlib
+import hmac
+import importlib
+import io
+import json
+import math
+import operator
+import os
+import random
+import socket
+import struct
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+from .answers import NotPlainData, decode, encode, read_message, write_message
+
+#: Virtual CPU devices of the judge's TensorFlow: the most replicas a judged check runs on.
+JUDGE_CPUS = 4
+
+#: The socket's file name in the run's folder (the kernel's current directory).
+SOCKET = "judge.sock"
+
+
+@dataclass(frozen=True)
+class Judged:
+    """How the judge calls an exercise's check: ``course_utils.exercises.<module>.<check>(*args, **kwargs)``.
+
+    Each of ``args`` is ``"fn:NAME"`` (the student's function ``NAME``, called in the kernel),
+    ``"literal:NAME"`` (the value of ``NAME = <prediction>`` in the answer's source) or
+    ``"returns:NAME"`` (a function returning what the student's function ``NAME`` returns, read
+    from its source): predictions are read (:func:`prediction`), never run.
+    """
+
+    module: str
+    check: str
+    args: tuple[str, ...]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: Keywords of the notebook's check call that the judge leaves out: they hand the check what the
+    #: notebook's own run observed (a cluster's layout), which only that kernel has.
+    leaves_out: tuple[str, ...] = ()
+
+    @property
+    def functions(self) -> tuple[str, ...]:
+        return tuple(a[3:] for a in self.args if a.startswith("fn:"))
+
+    @property
+    def literals(self) -> tuple[str, ...]:
+        """The names read from the answer's source."""
+        return tuple(a.partition(":")[2] for a in self.args if not a.startswith("fn:"))
+
+
+# fmt: off
+#: The exercises judged outside the student's kernel: those whose answers are plain data (numbers,
+#: lists, arrays; functions of them; predictions). The others still run their check in the kernel.
+JUDGED: dict[str, Judged] = {
+    "uneven_mean": Judged("setup_and_hardware", "check_uneven_mean", ("returns:uneven_mean",)),
+    "per_replica_batch": Judged("setup_and_hardware", "check_per_replica_batch", ("fn:per_replica_batch",)),
+    "data_parallel_gradient": Judged("data_parallelism", "check_data_parallel_gradient",
+                                     ("fn:data_parallel_gradient",)),
+    "updates_per_epoch": Judged("data_parallelism", "check_updates_per_epoch", ("literal:UPDATES_ON_2_REPLICAS",)),
+    "epoch_traffic": Judged("data_parallelism", "check_epoch_traffic", ("fn:epoch_traffic",)),
+    "choose_strategy": Judged("strategy_types", "check_choose_strategy", ("fn:choose_strategy",)),
+    "reduce_prediction": Judged("strategy_types", "check_reduce_prediction", ("literal:PREDICTION",)),
+    "scaled_batch_and_lr": Judged("keras_model_fit", "check_scaled_batch_and_lr", ("fn:scaled_batch_and_lr",)),
+    "adam_update_factor": Judged("custom_training_loops", "check_adam_update_factor", ("literal:PREDICTION",)),
+    "predict_clip_factor": Judged("loss_scaling_pitfalls", "check_predict_clip_factor", ("literal:PREDICTION",)),
+    "shard_count": Judged("parameter_servers", "check_shard_count", ("literal:PREDICTION",)),
+    "ps_placement": Judged("parameter_servers", "check_ps_placement", ("fn:ps_placement",),
+                           leaves_out=("observed",)),
+    "pipelined_throughput": Judged("performance", "check_pipelined_throughput", ("fn:pipelined_throughput",)),
+}
+# fmt: on
+
+
+def serve_source(exercise_id: str, check_source: str) -> str:
+    """The graded notebook's cell for a judged exercise: the check cell's imports (later cells
+    may use them), then the kernel's side, which only answers the judge."""
+    judged = JUDGED[exercise_id]
+    try:
+        tree = ast.parse(check_source)
+        imports = [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    except SyntaxError:
+        imports = []
+    handed = ", ".join(f"{name}={name}" for name in judged.functions)
+    call = f"_serve({exercise_id!r}{', ' + handed if handed else ''})"
+    return "\n".join(imports + ["from course_tools.grading.answers import serve as _serve", call])
+
+
+class KernelGone(BaseException):
+    """The kernel stopped answering (closed the connection, timed out, broke the protocol).
+
+    A ``BaseException``: the check's ``except Exception`` must not read it as the student's error.
+    """
+
+
+class StudentRaised(Exception):
+    """What the student's function raised, rebuilt here: its type's name and its message."""
+
+
+def rebuilt(raised: Any) -> Exception:
+    """The student's exception as the check expects to catch it: a built-in of the same name when
+    there is one (``ValueError``, ``NotImplementedError``...), else one that carries its name."""
+    name = str(raised.get("type", "Exception")) if isinstance(raised, dict) else "Exception"
+    message = str(raised.get("message", "")) if isinstance(raised, dict) else ""
+    kind = getattr(builtins, name, None)
+    if isinstance(kind, type) and issubclass(kind, Exception) and kind.__init__ is not None:
+        try:
+            return kind(message)
+        except Exception:
+            pass
+    if not name.isidentifier():
+        name = "Exception"
+    return type(name, (StudentRaised,), {})(message)
+
+
+class Remote:
+    """The student's function ``name``, called in the kernel over ``conn``."""
+
+    def __init__(self, conn: socket.socket, stream: Any, name: str) -> None:
+        self.conn, self.stream, self.name = conn, stream, name
+        self.__name__ = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            write_message(
+                self.conn, {"call": self.name, "args": encode(list(args)), "kwargs": encode(kwargs)}
+            )
+            reply = read_message(self.stream)
+        except (OSError, EOFError, ValueError) as error:
+            raise KernelGone(f"the kernel stopped answering while {self.name} ran ({error})") from None
+        if "value" in reply:
+            try:
+                return decode(reply["value"])
+            except (ValueError, TypeError) as error:
+                raise KernelGone(f"the kernel's answer could not be read ({error})") from None
+        if "raised" in reply:
+            raise rebuilt(reply["raised"])
+        if "unreadable" in reply:
+            raise NotPlainData(
+                f"{self.name} returned {reply['unreadable']}, which the grader cannot read: return "
+                "numbers, strings, lists, dicts or arrays"
+            )
+        raise KernelGone("the kernel's answer was not one the grader understands")
+
+
+#: The arithmetic a prediction may hold: it is evaluated here, on numbers only, never run.
+_OPERATORS: dict[type, Callable[..., Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+    ast.USub: operator.neg, ast.UAdd: operator.pos,
+}  # fmt: skip
+
+
+#: Pure functions of numbers a prediction may call (``math.ceil(1000 / 64)``, ``round(x, 2)``).
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "round": round, "int": int, "float": float, "abs": abs, "min": min, "max": max, "sum": sum,
+    "math.ceil": math.ceil, "math.floor": math.floor, "math.sqrt": math.sqrt, "math.prod": math.prod,
+    "np.ceil": math.ceil, "np.floor": math.floor, "np.sqrt": math.sqrt,
+}  # fmt: skip
+
+#: The largest number a prediction may hold (a prediction is a count or a factor, never astronomical):
+#: the arithmetic above stays cheap, whatever the answer writes.
+_LARGEST = 10**30
+
+
+def _bounded(value: Any) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > _LARGEST:
+        raise ValueError("a number over 1e30")
+    return value
+
+
+def constant(node: ast.AST, names: Mapping[str, Any]) -> Any:
+    """The value of ``node`` when it is a literal, or arithmetic on numbers (``(2.5 + 6.0) / 2``,
+    ``math.ceil(1000 / 64)``), a name bound to one in ``names``, or a list, tuple or dict of them;
+    ``ValueError`` otherwise. Every number stays within 1e30, so nothing here can be made slow."""
+    if isinstance(node, ast.Constant) and isinstance(
+        node.value, (int, float, str, bool, type(None), type(...))
+    ):
+        return _bounded(node.value)
+    if isinstance(node, ast.Name) and node.id in names:
+        return names[node.id]
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+        value = constant(node.operand, names)
+        if isinstance(value, (int, float)):
+            return _OPERATORS[type(node.op)](value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        left, right = constant(node.left, names), constant(node.right, names)
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right)):
+            if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 10**6):
+                raise ValueError("a power too large for a prediction")
+            try:
+                return _bounded(_OPERATORS[type(node.op)](left, right))
+            except (ArithmeticError, ValueError) as error:
+                raise ValueError(str(error)) from None
+    if isinstance(node, ast.Call) and not node.keywords and ast.unparse(node.func) in _FUNCTIONS:
+        args = [constant(arg, names) for arg in node.args]
+        if len(args) <= 3 and all(isinstance(a, (int, float, list, tuple)) for a in args):
+            try:
+                return _bounded(_FUNCTIONS[ast.unparse(node.func)](*args))
+            except (ArithmeticError, ValueError, TypeError) as error:
+                raise ValueError(str(error)) from None
+    if isinstance(node, (ast.List, ast.Tuple)):
+        items = [constant(item, names) for item in node.elts]
+        return items if isinstance(node, ast.List) else tuple(items)
+    if isinstance(node, ast.Dict) and all(key is not None for key in node.keys):
+        return {
+            constant(k, names): constant(v, names) for k, v in zip(node.keys, node.values) if k is not None
+        }
+    raise ValueError(ast.unparse(node)[:80])
+
+
+def _assigned(statement: ast.stmt, name: Optional[str] = None) -> Optional[tuple[str, ast.expr]]:
+    """``(name, value)`` of ``name = value`` or ``a = name = value`` (any name when ``name`` is
+    None), else None."""
+    if isinstance(statement, ast.Assign):
+        targets = statement.targets
+    elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+        targets = [statement.target]
+    else:
+        return None
+    value = statement.value
+    for target in targets:
+        if isinstance(target, ast.Name) and value is not None and name in (None, target.id):
+            return target.id, value
+    return None
+
+
+def prediction(answer: str, name: str, returned: bool = False) -> Any:
+    """The student's prediction, read from the answer's source and never run: the value of the last
+    top-level ``name = ...`` or, with ``returned``, what the function ``name`` returns (its body may
+    bind names to numbers first). Literals and arithmetic on numbers only (:func:`constant`).
+
+    ``NotImplementedError`` when the answer does not say (a placeholder); ``ValueError`` when the
+    value is code."""
+    try:
+        tree = ast.parse(answer)
+    except SyntaxError as error:
+        raise ValueError(f"the cell is not valid Python ({error.msg}, line {error.lineno})") from None
+    names: dict[str, Any] = {}
+    if returned:
+        defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+        if not defs:
+            raise NotImplementedError
+        value: Optional[ast.expr] = None
+        for statement in defs[-1].body:
+            if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+                continue  # the docstring
+            if isinstance(statement, ast.Raise):
+                raise NotImplementedError
+            bound = _assigned(statement)
+            if bound is not None:
+                names[bound[0]] = _value(bound[1], names, name)
+                continue
+            if isinstance(statement, ast.Return) and statement.value is not None:
+                value = statement.value
+                break
+            raise ValueError(
+                f"{name} must return your prediction written as a number (arithmetic on numbers is "
+                f"fine), not compute it: the grader reads it without running it (found `{ast.unparse(statement)[:80]}`)"
+            )
+        if value is None:
+            raise NotImplementedError
+    else:
+        value = None
+        for node in tree.body:  # top-level numbers it may use (A = 1000), then its last value
+            bound = _assigned(node)
+            if bound is None:
+                continue
+            if bound[0] == name or _assigned(node, name) is not None:
+                value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+                if value is not None:
+                    with contextlib.suppress(ValueError, RecursionError):
+                        names[name] = constant(value, names)
+                continue
+            with contextlib.suppress(ValueError, RecursionError):
+                names[bound[0]] = constant(bound[1], names)
+        if value is None:
+            raise NotImplementedError
+    return _value(value, names, name)
+
+
+def _value(node: ast.expr, names: Mapping[str, Any], name: str) -> Any:
+    try:
+        return constant(node, names)
+    except (ValueError, RecursionError):
+        raise ValueError(
+            f"{name} must be your prediction written as a number (or a dict of numbers; arithmetic on "
+            f"numbers is fine), not computed by code: the grader reads it without running it (found "
+            f"`{ast.unparse(node)[:80]}`)"
+        ) from None
+
+
+def judge_one(
+    exercise_id: str, literals: Mapping[str, str], conn: Optional[socket.socket], stream: Any
+) -> tuple[str, str]:
+    """Run the check of ``exercise_id`` here, the student's functions called over ``conn``:
+    ``(status, message)``, status ``passed``, ``failed`` or ``error``."""
+    from course_utils.errors import ExerciseError
+
+    judged = JUDGED[exercise_id]
+    check = getattr(importlib.import_module(f"course_utils.exercises.{judged.module}"), judged.check)
+    out = io.StringIO()
+    try:
+        args: list[Any] = []
+        for arg in judged.args:
+            kind, _, name = arg.partition(":")
+            if kind == "fn":
+                assert conn is not None
+                args.append(Remote(conn, stream, name))
+                continue
+            try:
+                value = prediction(literals.get(name, ""), name, returned=kind == "returns")
+            except NotImplementedError:
+                value = None
+            except ValueError as why:
+                return "failed", f"Exercise {exercise_id}: {why}."
+            args.append((lambda v: lambda: v)(value) if kind == "returns" else value)
+        with contextlib.redirect_stdout(out):
+            check(*args, **judged.kwargs)
+    except ExerciseError as error:
+        return "failed", str(error)
+    except KernelGone as gone:
+        return "error", str(gone)
+    prefix = f"[pass] {exercise_id}"
+    said = [line for line in out.getvalue().splitlines() if line.startswith(prefix)]
+    if not said:
+        return "error", f"the check of {exercise_id} ended without its pass line (the grader's fault)"
+    return "passed", said[-1][len(prefix) :].lstrip(": ").strip()
+
+
+def _record(records: Any, record: dict, key: bytes) -> None:
+    """One record on the judge's output, with its HMAC under the run's key: a line written into
+    this pipe by anything else (it is reachable through /proc without the sandbox) does not verify."""
+    body = json.dumps(record, sort_keys=True)
+    records.write(json.dumps({"record": record, "mac": mac(key, body)}) + "\n")
+    records.flush()
+
+
+def mac(key: bytes, body: str) -> str:
+    """The HMAC-SHA256 of one record's JSON (sorted keys) under the run's key."""
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    """Whether process ``pid`` is ``ancestor`` or one of its descendants (Linux /proc)."""
+    for _ in range(64):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
+def _peer(conn: socket.socket) -> int:
+    """The process id at the other end of a Unix socket (0 where the system does not say)."""
+    try:
+        pid, _, _ = struct.unpack(
+            "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        )
+    except (OSError, AttributeError):
+        return 0
+    return int(pid)
+
+
+def main() -> int:
+    """Read the job (one JSON object) from stdin, listen, judge what the kernel serves, then end.
+
+    The job: ``{"socket": PATH, "exercises": {ID: {NAME: ANSWER SOURCE}}, "timeout": SECONDS,
+    "seed": N, "key": HEX}``; then one more line, ``{"run": PID}``, the process that runs the
+    notebook: only its descendants are answered (another run's kernel can reach this socket too).
+    The runner closes stdin when the notebook's run is over; the judge then ends."""
+    records = os.fdopen(os.dup(1), "w")
+    sys.stdout = sys.stderr  # whatever the checks or TensorFlow print stays off the records
+    job = json.loads(sys.stdin.readline())
+    key = bytes.fromhex(str(job["key"]))
+    exercises: dict[str, dict[str, str]] = {k: dict(v) for k, v in job["exercises"].items() if k in JUDGED}
+    timeout = float(job.get("timeout", 120.0))
+    import course_utils.exercises
+
+    course_utils.exercises.UNSEEN = random.Random(int(job.get("seed", 0)))
+    for module in sorted({JUDGED[i].module for i in exercises}):  # before any student code runs
+        importlib.import_module(f"course_utils.exercises.{module}")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    here = os.getcwd()
+    os.chdir(os.path.dirname(job["socket"]))  # a relative name: a socket's path has at most 107 bytes
+    listener.bind(os.path.basename(job["socket"]))
+    os.chdir(here)
+    listener.listen(8)
+    _record(records, {"listening": True}, key)
+    if exercises:  # the checks' references run on virtual CPUs, as in the notebooks
+        from course_utils.devices import use_virtual_cpus
+
+        use_virtual_cpus(JUDGE_CPUS)
+    closed = threading.Event()
+    run: list[int] = []
+    started = threading.Event()
+
+    def watch_stdin() -> None:
+        line = sys.stdin.readline()
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            run.append(int(json.loads(line)["run"]))
+        started.set()
+        sys.stdin.read()
+        closed.set()
+        started.set()
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    judged: set[str] = set()
+    while not closed.is_set():
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            break
+        with conn, conn.makefile("rb") as stream:
+            conn.settimeout(timeout)
+            started.wait(timeout)
+            if not (run and _descends_from(_peer(conn), run[0])):
+                continue  # not this run's kernel: no answer, no verdict
+            try:
+                hello = read_message(stream)
+            except (OSError, EOFError, ValueError):
+                continue
+            ident = str(hello.get("serve"))
+            if ident not in exercises or ident in judged:
+                with contextlib.suppress(OSError):
+                    write_message(
+                        conn, {"verdict": "refused", "message": "not an exercise awaiting a verdict"}
+                    )
+                continue
+            judged.add(ident)
+            try:
+                status, message = judge_one(ident, exercises[ident], conn, stream)
+            except Exception as error:  # the grader's own bug: said as such, never the student's
+                status, message = "error", f"the grader failed: {type(error).__name__}: {error}"
+            _record(records, {"exercise": ident, "status": status, "message": message}, key)
+            with contextlib.suppress(OSError):
+                write_message(conn, {"verdict": status, "message": message})
+    _record(records, {"end": True}, key)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
