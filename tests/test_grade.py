@@ -1047,3 +1047,13 @@ def test_without_the_sandbox_nothing_outlives_its_run_and_a_rewritten_course_sto
         book = list(csv.reader(handle))
     assert book[0][-1] == "sandbox" and {row[-1] for row in book[1:]} == {"off"}
     assert "rewritten" not in (ROOT / "course_utils" / "exercises" / "setup_and_hardware.py").read_text()
+
+
+def test_a_name_two_exercises_define_is_taken_from_each_ones_own_cell() -> None:
+    """Notebook 07's restart_step and pod_task both set PREDICTION: each answer is its own cell's
+    (the last definition alone graded restart_step's prediction with pod_task's tuple)."""
+    nb07 = course.load_notebook(ROOT / "solutions" / "07_multi_worker_training.ipynb")
+    answers = extract.find_answers(submission_of(nb07.master, "07_multi_worker_training.ipynb"), nb07)
+    assert "PREDICTION" in answers["restart_step"].source and "PREDICTION" in answers["pod_task"].source
+    assert answers["restart_step"].source != answers["pod_task"].source
+    assert "worker" in answers["pod_task"].source and "'worker'" not in answers["restart_step"].source

@@ -78,6 +78,11 @@ def find_answers(sub: Submission, nb: CourseNotebook) -> dict[str, Answer]:
         chosen: set[int] = set()
         for name in ex.names:
             holders = [i for i, _ in code_cells if name in defined[i]]
+            # A name two exercises define (07's PREDICTION): the cell tagged for this one, else
+            # the last not tagged for another.
+            here = [i for i in holders if exercise_id(sub.cells[i]) == ex.id]
+            other = {i for i in holders if exercise_id(sub.cells[i]) not in ("", ex.id)}
+            holders = here or [i for i in holders if i not in other] or holders
             if holders:
                 chosen.add(holders[-1])
         how = f"defines {', '.join(ex.names)}" if chosen else ""
