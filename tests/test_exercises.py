@@ -105,7 +105,7 @@ def test_checks_fail_on_the_blank_version_then_pass_on_the_answers(path: Path, t
     nb = course.load_notebook(path)
     # The context of the master's answers (what an honest student's run keeps), answers blanked.
     answers = {ex.id: extract.Answer(ex.id, nb.master.cells[ex.solution_cell].source) for ex in nb.exercises}
-    graded = extract.build(nb, answers).notebook
+    graded = extract.build(nb, answers, judge_outside=False).notebook  # the checks in the kernel
     # Blank first; then, as a student who fixed every answer, the answers again and the cells
     # that read what they define (a %%writefile answer defines the name of its file), then the checks.
     half = len(graded.cells)

@@ -517,6 +517,7 @@ def test_hints_say_what_went_wrong(graded_class) -> None:
     messages = {(s, e["id"]): e["message"] for s, r in graded_class.results.items() for e in r["exercises"]}
     assert "one device's answer" in messages["pitfall", "uneven_mean"]
     assert "not done yet" in messages["blank", "per_replica_batch"]
+    assert "not done yet" in messages["blank", "uneven_mean"]  # as the notebook's own check says
     assert "should raise ValueError" in messages["tamper", "per_replica_batch"]
     assert "did not finish within 10 s" in messages["loop", "per_replica_batch"]
     assert "not valid JSON" in messages["corrupt", "uneven_mean"]
@@ -549,8 +550,10 @@ def test_what_the_audit_noted_is_for_the_graders_eyes(graded_class) -> None:
     assert all(e["status"] != "flagged" for r in graded_class.results.values() for e in r["exercises"])
     messages = {(s, e["id"]): e["message"] for s, r in graded_class.results.items() for e in r["exercises"]}
     assert "should be 128" in messages["borrower", "per_replica_batch"]  # its pass line changed nothing
-    forged = messages["pipe_forger", "uneven_mean"]  # the run ended by its interrupt, or judged
-    assert "may have stopped the process that runs it" in forged or "one device's answer" in forged
+    # Its interrupt ended the run (then nothing the run reported counts), or the judge decided.
+    forged = graded_class.results["pipe_forger"]
+    said = " ".join([*forged["notes"], *(e["message"] for e in forged["exercises"])])
+    assert "did not end normally" in said or "one device's answer" in said
 
 
 def test_markdown_csv_and_feedback(graded_class) -> None:

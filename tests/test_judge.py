@@ -260,6 +260,16 @@ def test_what_the_student_raised_is_the_hint_and_a_placeholder_says_not_done() -
     assert status == "failed" and "(an int)" in message
 
 
+def test_a_prediction_left_as_the_placeholder_is_not_done_yet() -> None:
+    blank = 'def uneven_mean():\n    raise NotImplementedError("Exercise uneven_mean: replace this line")\n'
+    status, message = judged("uneven_mean", {}, {"uneven_mean": blank})
+    assert status == "failed" and "is not done yet" in message
+    status, message = judged(
+        "updates_per_epoch", {}, {"UPDATES_ON_2_REPLICAS": "UPDATES_ON_2_REPLICAS = None"}
+    )
+    assert status == "failed" and "is not done yet" in message
+
+
 def test_an_answer_that_is_not_data_gets_a_hint_not_a_crash() -> None:
     status, message = judged("data_parallel_gradient", {"data_parallel_gradient": lambda m, s: object()})
     assert status == "failed" and "which the grader cannot read" in message

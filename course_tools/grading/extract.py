@@ -131,9 +131,13 @@ def clean(source: str) -> str:
     return code.neutralise_shell(code.strip_markers(source)).strip("\n")
 
 
-def build(nb: CourseNotebook, answers: dict[str, Answer], *, whole: bool = False) -> GradedNotebook:
+def build(
+    nb: CourseNotebook, answers: dict[str, Answer], *, whole: bool = False, judge_outside: bool = True
+) -> GradedNotebook:
     """The canonical master with the student's code in each solution cell, without outputs,
-    cut after the last check and (unless ``whole``) to the checks' context."""
+    cut after the last check and (unless ``whole``) to the checks' context. The check cell of an
+    exercise the judge decides hands it the student's functions instead (unless not
+    ``judge_outside``: the tests run every check in the kernel, as a notebook does)."""
     graded = copy.deepcopy(nb.master)
     for cell in graded.cells:
         cell.pop("attachments", None)
@@ -148,7 +152,7 @@ def build(nb: CourseNotebook, answers: dict[str, Answer], *, whole: bool = False
         solution.metadata = {"course": {"role": "solution", "exercise": ex.id}}
     judged: dict[str, dict[str, str]] = {}
     for ex in nb.exercises:
-        if ex.id in judge.JUDGED:
+        if judge_outside and ex.id in judge.JUDGED:
             check = graded.cells[ex.check_cell]
             check.source = judge.serve_source(ex.id, check.source)
             answer = answers.get(ex.id)
