@@ -4,7 +4,8 @@ Each check runs on two JAX devices (the first two accelerators when there are tw
 v5e-8's 8; else the two CPU devices that the set-up cell asked XLA for, so on a one-chip v5e-1 too) and
 compares with one device, as every check of the course does. Both sides stand on the same footing
 (:func:`same_footing`): the one device is the first of the two, and float32 matmuls run in float32 on
-both, since a TPU by default multiplies float32 matrices in one bfloat16 pass, far above float noise.
+both, since by default a TPU multiplies float32 matrices in one bfloat16 pass and a recent NVIDIA GPU
+in TF32, far above float noise.
 
 * ``jax_shard_batch``: ``shard_batch(x, mesh)`` places a global batch on the mesh, split along its
   ``"batch"`` axis: each device holds its half of the examples, and two steps on it (labels placed by it
@@ -59,7 +60,7 @@ def two_devices() -> list:
 @contextlib.contextmanager
 def same_footing(devices: list) -> Iterator[None]:
     """Both sides of a comparison alike: one device (no distribution) is ``devices[0]``, the same kind
-    as the two, and float32 matmuls run in float32 (a TPU's default is one bfloat16 pass)."""
+    as the two, and float32 matmuls run in float32 (the default is bfloat16 on a TPU, TF32 on a GPU)."""
     import jax
 
     with jax.default_device(devices[0]), jax.default_matmul_precision("float32"):
