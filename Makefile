@@ -156,7 +156,7 @@ test-colab-tpu: $(COLAB_TPU_STAMP)
 # Every master under strict nbval on this machine's GPUs, COURSE_STRATEGY=auto (one GPU is split
 # into 2 logical GPUs, several are used as they are), with the sanitizers of `make test`; then one
 # line per notebook naming the cells that differ. Refuses in one line where TensorFlow sees no GPU.
-# Untested so far: no GPU has run it.
+# Untested so far: no GPU with TensorFlow has run it (notebook 11 on JAX has: docs/instructors.md).
 GPU_REPORT := .cache/nbval-gpu.xml
 .PHONY: test-gpu
 
