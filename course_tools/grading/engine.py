@@ -166,6 +166,7 @@ def grade(
         runner.stop_all()
         raise
     finally:
+        runner.close_judges()
         if not options.keep:
             shutil.rmtree(work_root, ignore_errors=True)
         else:

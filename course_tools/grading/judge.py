@@ -18,7 +18,8 @@ through this process's standard output, each with an HMAC under a key the kernel
 sandbox puts the kernel in its own PID namespace, and without it a line the kernel writes into this
 pipe through /proc does not verify. Only the run's own kernel is answered (its process descends from
 the run's). One record a line: ``{"exercise", "status", "message"}`` for each exercise judged, then
-``{"end": true}``; an exercise the judge gave no verdict is not graded.
+``{"end": true}``; an exercise the judge gave no verdict is not graded. One judge serves a grader's
+runs one after another (:func:`main`), each under a key of its own.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import json
 import math
 import operator
 import os
+import queue
 import random
 import socket
 import struct
@@ -409,24 +411,44 @@ def _peer(conn: socket.socket) -> int:
     return int(pid)
 
 
-def main() -> int:
-    """Read the job (one JSON object) from stdin, listen, judge what the kernel serves, then end.
+def _inbox() -> "queue.Queue[Optional[dict]]":
+    """The runner's lines on stdin, as objects, in order; ``None`` once stdin is closed."""
+    lines: "queue.Queue[Optional[dict]]" = queue.Queue()
 
-    The job: ``{"socket": PATH, "exercises": {ID: {NAME: ANSWER SOURCE}}, "timeout": SECONDS,
-    "seed": N, "key": HEX}``; then one more line, ``{"run": PID}``, the process that runs the
-    notebook: only its descendants are answered (another run's kernel can reach this socket too).
-    The runner closes stdin when the notebook's run is over; the judge then ends."""
-    records = os.fdopen(os.dup(1), "w")
-    sys.stdout = sys.stderr  # whatever the checks or TensorFlow print stays off the records
-    job = json.loads(sys.stdin.readline())
+    def read() -> None:
+        for line in sys.stdin:
+            with contextlib.suppress(ValueError):
+                message = json.loads(line)
+                if isinstance(message, dict):
+                    lines.put(message)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def serve_run(job: dict, inbox: "queue.Queue[Optional[dict]]", records: Any) -> bool:
+    """Judge one grading run: listen on its socket, judge what its kernel serves, then record the end.
+
+    ``job``: ``{"socket": PATH, "exercises": {ID: {NAME: ANSWER SOURCE}}, "timeout": SECONDS,
+    "seed": N, "key": HEX}``; then ``inbox`` gives ``{"run": PID}``, the process that runs the
+    notebook (only its descendants are answered: another run's kernel can reach this socket too),
+    and ``{"end": true}`` once the run is over. Every record is signed with this run's key, so one
+    judge can serve runs one after another without a record of one counting for another. Returns
+    whether the runner is still there (``False`` once stdin closed)."""
     key = bytes.fromhex(str(job["key"]))
-    exercises: dict[str, dict[str, str]] = {k: dict(v) for k, v in job["exercises"].items() if k in JUDGED}
+    exercises: dict[str, dict[str, str]] = {
+        k: dict(v) for k, v in dict(job.get("exercises", {})).items() if k in JUDGED
+    }
     timeout = float(job.get("timeout", 120.0))
-    import course_utils.exercises
-
-    course_utils.exercises.UNSEEN = random.Random(int(job.get("seed", 0)))
+    seed = int(job.get("seed", 0))
     for module in sorted({JUDGED[i].module for i in exercises}):  # before any student code runs
         importlib.import_module(f"course_utils.exercises.{module}")
+    if exercises and not _virtual_cpus:  # the checks' references run on virtual CPUs, as in the notebooks
+        from course_utils.devices import use_virtual_cpus
+
+        use_virtual_cpus(JUDGE_CPUS)
+        _virtual_cpus.append(JUDGE_CPUS)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     here = os.getcwd()
     os.chdir(os.path.dirname(job["socket"]))  # a relative name: a socket's path has at most 107 bytes
@@ -434,26 +456,24 @@ def main() -> int:
     os.chdir(here)
     listener.listen(8)
     _record(records, {"listening": True}, key)
-    if exercises:  # the checks' references run on virtual CPUs, as in the notebooks
-        from course_utils.devices import use_virtual_cpus
-
-        use_virtual_cpus(JUDGE_CPUS)
     closed = threading.Event()
-    run: list[int] = []
     started = threading.Event()
+    run: list[int] = []
+    still_there: list[bool] = [True]
 
-    def watch_stdin() -> None:
-        line = sys.stdin.readline()
-        with contextlib.suppress(ValueError, TypeError, KeyError):
-            run.append(int(json.loads(line)["run"]))
-        started.set()
-        sys.stdin.read()
+    def control() -> None:
+        while (message := inbox.get()) is not None and "end" not in message:
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                run.append(int(message["run"]))
+            started.set()
+        still_there[0] = message is not None
         closed.set()
         started.set()
         with contextlib.suppress(OSError):
             listener.shutdown(socket.SHUT_RDWR)
 
-    threading.Thread(target=watch_stdin, daemon=True).start()
+    controller = threading.Thread(target=control, daemon=True)
+    controller.start()
     judged: set[str] = set()
     while not closed.is_set():
         try:
@@ -477,6 +497,8 @@ def main() -> int:
                     )
                 continue
             judged.add(ident)
+            # The cases drawn at grading time: this run's seed and the exercise, whatever ran before.
+            course_utils_exercises().UNSEEN = random.Random(f"{seed}:{ident}")
             try:
                 status, message = judge_one(ident, exercises[ident], conn, stream)
             except Exception as error:  # the grader's own bug: said as such, never the student's
@@ -484,7 +506,33 @@ def main() -> int:
             _record(records, {"exercise": ident, "status": status, "message": message}, key)
             with contextlib.suppress(OSError):
                 write_message(conn, {"verdict": status, "message": message})
+    controller.join()
+    listener.close()
     _record(records, {"end": True}, key)
+    return still_there[0]
+
+
+#: Set once the judge's TensorFlow has its virtual CPUs (the first run with judged exercises).
+_virtual_cpus: list[int] = []
+
+
+def course_utils_exercises() -> Any:
+    """``course_utils.exercises``, where the checks read :data:`~course_utils.exercises.UNSEEN`."""
+    import course_utils.exercises
+
+    return course_utils.exercises
+
+
+def main() -> int:
+    """Judge grading runs one after another, each a job on stdin (:func:`serve_run`), until stdin
+    closes. The runner keeps one judge for each run it has going at a time, so TensorFlow starts
+    once for a whole class, not once a submission."""
+    records = os.fdopen(os.dup(1), "w")
+    sys.stdout = sys.stderr  # whatever the checks or TensorFlow print stays off the records
+    inbox = _inbox()
+    while (job := inbox.get()) is not None:
+        if "socket" in job and not serve_run(job, inbox, records):
+            break
     return 0
 
 

@@ -222,26 +222,17 @@ def end_orphans() -> int:
     return ended
 
 
-class Judge:
-    """The judge of one run (:mod:`.judge`): a fresh process, outside the sandbox, that never runs
-    student code; it listens on ``judge.sock`` in the run's folder before the notebook starts."""
+class JudgeProcess:
+    """A judge (:mod:`.judge`): a fresh process, outside the sandbox, that never runs student code.
+    It serves the grader's runs one after another (:class:`Judge`), so its TensorFlow starts once."""
 
-    def __init__(self, work: Path, graded: GradedNotebook, options: RunOptions) -> None:
-        self.home = Path(tempfile.mkdtemp(prefix="judge-", dir=work.parent))
+    def __init__(self, work_root: Path, options: RunOptions) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="judge-", dir=work_root))
         for sub in ("home", "tmp"):
             (self.home / sub).mkdir()
         env = run_environment(self.home, options, "")
         env.pop("COURSE_GRADE_RUN", None)
         env["CUDA_VISIBLE_DEVICES"] = ""  # the references run on CPUs; a GPU stays the kernel's
-        self.key = secrets.token_bytes(32)
-        job = {
-            "socket": str(work / judge.SOCKET),
-            "exercises": graded.judged,
-            "timeout": options.cell_timeout + 30,
-            "seed": secrets.randbits(32),
-            "key": self.key.hex(),
-        }
-        self.records: list[dict[str, Any]] = []
         with _active_lock:  # a child that is not in _active would be taken for an orphan
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "course_tools.grading.judge"],
@@ -253,17 +244,86 @@ class Judge:
                 start_new_session=True,
             )
             _active.add(self.proc)
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write((json.dumps(job) + "\n").encode())
-        self.proc.stdin.flush()
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+
+    def close(self, *, kill: bool = False) -> None:
+        """End the judge: its stdin closed (it ends by itself), or killed."""
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=0 if kill else 30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        with _active_lock:
+            _active.discard(self.proc)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+#: Judges between two runs, by the folder and settings they were started with.
+_idle_judges: dict[str, list[JudgeProcess]] = {}
+_judges_lock = threading.Lock()
+
+
+def _judge_for(work_root: Path, options: RunOptions) -> JudgeProcess:
+    """An idle judge started with these settings, else a new one."""
+    with _judges_lock:
+        idle = _idle_judges.get(_judge_key(work_root, options), [])
+        while idle:
+            process = idle.pop()
+            if process.proc.poll() is None:
+                return process
+            process.close(kill=True)
+    return JudgeProcess(work_root, options)
+
+
+def _judge_key(work_root: Path, options: RunOptions) -> str:
+    return json.dumps([str(work_root), options.env], sort_keys=True)
+
+
+def close_judges() -> None:
+    """End every idle judge (the grader is done)."""
+    with _judges_lock:
+        idle = [p for processes in _idle_judges.values() for p in processes]
+        _idle_judges.clear()
+    for process in idle:
+        process.close()
+
+
+class Judge:
+    """The judge of one run: a :class:`JudgeProcess`, idle or new, given this run's job (its socket,
+    ``judge.sock`` in the run's folder, its exercises and a key of its own) before the notebook starts."""
+
+    def __init__(self, work: Path, graded: GradedNotebook, options: RunOptions) -> None:
+        self.key = secrets.token_bytes(32)
+        self.records: list[dict[str, Any]] = []
+        self.settings = (work.parent, options)
+        self.process = _judge_for(work.parent, options)
+        self.process.send(
+            {
+                "socket": str(work / judge.SOCKET),
+                "exercises": graded.judged,
+                "timeout": options.cell_timeout + 30,
+                "seed": secrets.randbits(32),
+                "key": self.key.hex(),
+            }
+        )
         self.listening = self._next() is not None
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
     def _next(self) -> Optional[dict[str, Any]]:
         """The next record that verifies under this run's key (lines that do not are skipped)."""
-        assert self.proc.stdout is not None
-        while line := self.proc.stdout.readline():
+        stdout = self.process.proc.stdout
+        assert stdout is not None
+        while line := stdout.readline():
             try:
                 signed = json.loads(line)
                 record, tag = signed["record"], str(signed["mac"])
@@ -276,40 +336,36 @@ class Judge:
         return None
 
     def _read(self) -> None:
+        """Records until this run's end record (the judge then waits for its next run) or EOF."""
         while (record := self._next()) is not None:
             self.records.append(record)
+            if record.get("end"):
+                return
 
     def watch(self, run_pid: int) -> None:
         """Tell the judge which process runs the notebook: only its descendants are answered."""
-        assert self.proc.stdin is not None
-        with contextlib.suppress(OSError):
-            self.proc.stdin.write((json.dumps({"run": run_pid}) + "\n").encode())
-            self.proc.stdin.flush()
+        self.process.send({"run": run_pid})
 
     def finish(self) -> tuple[dict[str, tuple[str, str]], str]:
-        """Close the judge's stdin and wait for it: its verdicts (the first for each exercise), and
-        why exercises without one were not judged ("" when the judge ended normally)."""
-        assert self.proc.stdin is not None
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(OSError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        with _active_lock:
-            _active.discard(self.proc)
-        self.thread.join(timeout=10)
-        shutil.rmtree(self.home, ignore_errors=True)
+        """Tell the judge the run is over and wait for its end record: its verdicts (the first for
+        each exercise), and why exercises without one were not judged ("" when it ended normally).
+        A judge that ended normally waits for the next run; one that did not is ended."""
+        self.process.send({"end": True})
+        self.thread.join(timeout=30)
+        ended = not self.thread.is_alive() and any(r.get("end") for r in self.records)
+        if ended and self.process.proc.poll() is None:
+            with _judges_lock:
+                _idle_judges.setdefault(_judge_key(*self.settings), []).append(self.process)
+        else:
+            self.process.close(kill=True)
         verdicts: dict[str, tuple[str, str]] = {}
         for r in self.records:
             if "exercise" in r:
                 verdicts.setdefault(str(r["exercise"]), (str(r.get("status")), str(r.get("message", ""))))
         if not self.listening:
             return {}, "the judge did not start"
-        if not any(r.get("end") for r in self.records) or self.proc.returncode != 0:
-            return verdicts, f"the judge did not finish (exit code {self.proc.returncode})"
+        if not ended:
+            return verdicts, f"the judge did not finish (exit code {self.process.proc.returncode})"
         return verdicts, ""
 
 
