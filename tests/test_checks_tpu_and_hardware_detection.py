@@ -85,18 +85,36 @@ def replica_step(model, optimizer, images, labels, global_batch, mean=False):
     return loss
 
 
+def whole_batches(n, global_batch):
+    return n // global_batch
+
+
 def loop(
-    build=True, drop=True, tensor_steps=True, per_call=True, mean=False, op="SUM", restart=False, closure=True
+    build=True,
+    drop=True,
+    tensor_steps=True,
+    per_call=True,
+    mean=False,
+    op="SUM",
+    restart=False,
+    closure=True,
+    steps_of=whole_batches,
+    repeat=False,
+    extra_call=False,
 ):
     """The TPU-ready loop; each flag off (``mean`` on, ``op="MEAN"``, ``restart`` on: a new
     iterator for every call; ``closure`` off: the model and optimizer in ``strategy.run``'s args,
-    which TPUStrategy.run converts to tensors and fails) plants one mistake."""
+    which TPUStrategy.run converts to tensors and fails) plants one mistake. The off-by-ones:
+    ``steps_of(len(x), global_batch)`` other than the number of whole batches, ``repeat`` (the TPU
+    guide's repeated dataset, which never runs out), ``extra_call`` (whole // steps_per_call + 1 calls:
+    right for 5 steps in calls of 2, one call of 0 steps too many for 6)."""
 
     def tpu_ready_loop(strategy, model, optimizer, x, y, global_batch, steps_per_call):
         if build:
             with strategy.scope():
                 optimizer.build(model.trainable_variables)
-        dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=drop)
+        dataset = tf.data.Dataset.from_tensor_slices((x, y))
+        dataset = (dataset.repeat() if repeat else dataset).batch(global_batch, drop_remainder=drop)
         distributed = strategy.experimental_distribute_dataset(dataset)
         iterator = iter(distributed)
 
@@ -117,11 +135,12 @@ def loop(
                 total += strategy.reduce(op, per_replica, axis=None)
             return total / tf.cast(steps, tf.float32)
 
-        whole = len(x) // global_batch
+        whole = steps_of(len(x), global_batch)
         chunk = steps_per_call if per_call else 1
         losses = []
-        for start in range(0, whole, chunk):
-            steps = min(chunk, whole - start)
+        calls = whole // chunk + 1 if extra_call else -(-whole // chunk)  # whole // chunk + 1: off by one
+        for start in range(0, calls * chunk, chunk):
+            steps = max(0, min(chunk, whole - start))
             steps = tf.constant(steps) if tensor_steps else steps
             losses.append(float(train_steps(iter(distributed) if restart else iterator, steps)))
         return train_steps, losses
@@ -253,4 +272,55 @@ def test_tpu_ready_loop_new_iterator_per_call() -> None:
         "On one device",
         "started a new iterator",
         "Make the iterator once",
+    )
+
+
+# --------------------------------------------------------------------------- off by one
+# 44 examples leave 4 over; the check also trains on 48 (6 whole batches, calls of 2, 2, 2), where
+# a count that the remainder hides is off. Before the second data, (n - 1) // g and one call too
+# many passed; one step too many raised a bare OutOfRangeError or blamed drop_remainder.
+
+
+def test_tpu_ready_loop_one_step_too_few() -> None:
+    fails_with(
+        ex.check_tpu_ready_loop,
+        loop(steps_of=lambda n, g: (n - 1) // g),
+        "On one device and 48 examples, the optimizer took 5 steps, 1 too few",
+        "6 whole batches of 8 (len(x) // global_batch)",
+    )
+
+
+def test_tpu_ready_loop_one_step_too_many() -> None:
+    ceil = lambda n, g: -(-n // g)  # noqa: E731
+    fails_with(
+        ex.check_tpu_ready_loop,
+        loop(steps_of=ceil),
+        "On one device, a step asked for a batch after the last",
+        "44 examples make 5 whole batches of 8",
+        "the last call taking only the rest",
+    )
+    fails_with(
+        ex.check_tpu_ready_loop,
+        loop(steps_of=ceil, repeat=True),
+        "On one device, the optimizer took 6 steps, 1 too many",
+        "44 examples make 5 whole batches",
+    )
+
+
+def test_tpu_ready_loop_one_call_too_many() -> None:
+    fails_with(
+        ex.check_tpu_ready_loop,
+        loop(extra_call=True),
+        "On one device and 48 examples, expected 3 calls of at most 2 steps",
+        "got 4 losses",
+    )
+
+
+def test_tpu_ready_loop_one_step_too_many_without_drop_remainder() -> None:
+    # The short last batch trained on as a 6th step: the shape that a TPU compiles again is named.
+    fails_with(
+        ex.check_tpu_ready_loop,
+        loop(steps_of=lambda n, g: -(-n // g), drop=False),
+        "batch dimension is None",
+        "drop_remainder=True",
     )
