@@ -26,7 +26,7 @@ def choose_strategy(machines, devices_per_machine, device_type="GPU", synchronou
 
 def test_choose_strategy_passes_the_reference(capsys):
     ex.check_choose_strategy(choose_strategy)
-    assert "[pass] choose_strategy" in capsys.readouterr().out
+    assert "[pass] choose_strategy: all 11 clusters get the right strategy." in capsys.readouterr().out
 
 
 def test_choose_strategy_that_ignores_asynchronous_training():
@@ -48,6 +48,37 @@ def test_choose_strategy_that_tests_machines_before_tpus():
     with pytest.raises(ExerciseError, match="TPU first") as info:
         ex.check_choose_strategy(wrong)
     assert "a TPU pod slice of 16 hosts" in str(info.value)
+
+
+def machines_before_asynchronous(machines, devices_per_machine, device_type="GPU", synchronous=True):
+    """Asks how many machines before asking about asynchronous training."""
+    if device_type == "TPU":
+        return "TPUStrategy"
+    if machines == 1:
+        return "MirroredStrategy" if devices_per_machine > 1 else "OneDeviceStrategy"
+    return "MultiWorkerMirroredStrategy" if synchronous else "ParameterServerStrategy"
+
+
+def one_device_first(machines, devices_per_machine, device_type="GPU", synchronous=True):
+    """Sends every single-device machine to OneDeviceStrategy before anything else."""
+    if machines == 1 and devices_per_machine == 1 and device_type != "TPU":
+        return "OneDeviceStrategy"
+    return choose_strategy(machines, devices_per_machine, device_type, synchronous)
+
+
+@pytest.mark.parametrize(
+    "wrong, cluster",
+    [
+        (machines_before_asynchronous, "one machine with 4 GPUs, asynchronous"),
+        (one_device_first, "one CPU machine, asynchronous"),
+    ],
+)
+def test_choose_strategy_asynchronous_on_one_machine(wrong, cluster):
+    """Asynchronous training is ParameterServerStrategy on one machine too (section 2, section 7)."""
+    with pytest.raises(ExerciseError, match="but the answer is ParameterServerStrategy") as info:
+        ex.check_choose_strategy(wrong)
+    assert f"For {cluster}" in str(info.value)
+    assert "parameter servers, on one machine or many" in str(info.value)
 
 
 def test_choose_strategy_that_returns_a_class_instead_of_its_name():
@@ -156,8 +187,17 @@ def make_replica_step(model, optimizer, global_batch):
     return replica_step
 
 
-def make_train_step(in_scope=True, distribute=True, own_mean=False, loss_op=SUM, per_replica_batch=False):
-    """The fixed step, or the notebook's buggy one (in_scope=False, distribute=False), or another mistake."""
+def make_train_step(
+    in_scope=True,
+    distribute=True,
+    own_mean=False,
+    loss_op=SUM,
+    per_replica_batch=False,
+    times_replicas=False,
+    learning_rate=0.1,
+):
+    """The fixed step, or the notebook's buggy one (in_scope=False, distribute=False), or another
+    mistake: times_replicas sets the global batch to len(x) times the replicas."""
     import keras
 
     def train_step(strategy, make_model, x, y):
@@ -167,15 +207,18 @@ def make_train_step(in_scope=True, distribute=True, own_mean=False, loss_op=SUM,
         else:
             model = make_model()
         with strategy.scope():
-            optimizer = keras.optimizers.SGD(0.1)
+            optimizer = keras.optimizers.SGD(
+                learning_rate(strategy) if callable(learning_rate) else learning_rate
+            )
             optimizer.build(model.trainable_variables)
-        if distribute:  # inline: the check reads the answer's source for the distributing call
+        if distribute:
             size = len(x) // strategy.num_replicas_in_sync if per_replica_batch else len(x)
             dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(size)
             batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
         else:
             batch = (tf.constant(x), tf.constant(y))
         global_batch = len(x) // strategy.num_replicas_in_sync if own_mean else len(x)
+        global_batch *= strategy.num_replicas_in_sync if times_replicas else 1
         replica_step = make_replica_step(model, optimizer, global_batch)
 
         @tf.function
@@ -219,9 +262,109 @@ def scoped_but_whole_batch(strategy, make_model, x, y):
 
 def test_fix_train_step_without_distributing_the_batch(two_replicas):
     with pytest.raises(
-        ExerciseError, match="2.00x one device's: strategy.run gave every replica the whole batch"
+        ExerciseError,
+        match="received 8 and 8 examples, not 4 each: strategy.run gave every replica the whole",
     ):
         ex.check_fix_train_step(scoped_but_whole_batch)
+
+
+def whole_batch_to_each_replica(strategy, make_model, x, y):
+    """Every replica handed the whole batch as a distributed value, the global batch len(x) x replicas."""
+    import keras
+
+    with strategy.scope():
+        model = make_model()
+        optimizer = keras.optimizers.SGD(0.1)
+        optimizer.build(model.trainable_variables)
+    replica_step = make_replica_step(model, optimizer, len(x) * strategy.num_replicas_in_sync)
+    inputs = [
+        strategy.experimental_distribute_values_from_function(lambda _, v=v: tf.constant(v)) for v in (x, y)
+    ]
+
+    @tf.function
+    def step(x, y):
+        return strategy.reduce(SUM, strategy.run(replica_step, args=(x, y)), axis=None)
+
+    return float(step(*inputs)), model.get_weights()
+
+
+def sliced_by_hand(size):
+    """The batch split by hand, x[k r : k (r + 1)] on replica r, with k = size(strategy, x)."""
+
+    def train_step(strategy, make_model, x, y):
+        import keras
+
+        with strategy.scope():
+            model = make_model()
+            optimizer = keras.optimizers.SGD(0.1)
+            optimizer.build(model.trainable_variables)
+        replica_step = make_replica_step(model, optimizer, len(x))
+        k = size(strategy, x)
+
+        def part(values):
+            return lambda context: tf.constant(values[k * context.replica_id_in_sync_group :][:k])
+
+        inputs = [strategy.experimental_distribute_values_from_function(part(v)) for v in (x, y)]
+
+        @tf.function
+        def step(x, y):
+            return strategy.reduce(SUM, strategy.run(replica_step, args=(x, y)), axis=None)
+
+        return float(step(*inputs)), model.get_weights()
+
+    return train_step
+
+
+def test_fix_train_step_whole_batch_with_the_global_batch_times_replicas(two_replicas):
+    """Undistributed inputs and global_batch_size = len(x) * replicas: one device's update and loss,
+    yet every replica ran on the whole batch; the check reads what each replica received."""
+    answer = make_train_step(distribute=False, times_replicas=True)
+    with pytest.raises(ExerciseError, match="received 8 and 8 examples, not 4 each.*whole batch"):
+        ex.check_fix_train_step(answer)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        whole_batch_to_each_replica,
+        # the 2x update "fixed" with half the learning rate, the loss reduced with MEAN
+        make_train_step(distribute=False, loss_op=MEAN, learning_rate=lambda s: 0.1 / s.num_replicas_in_sync),
+    ],
+    ids=["distribute_values_whole_batch", "whole_batch_half_learning_rate"],
+)
+def test_fix_train_step_other_whole_batches(two_replicas, answer):
+    with pytest.raises(ExerciseError, match="received 8 and 8 examples, not 4 each.*whole batch"):
+        ex.check_fix_train_step(answer)
+
+
+def test_fix_train_step_sliced_by_hand_passes(capsys, two_replicas):
+    ex.check_fix_train_step(sliced_by_hand(lambda strategy, x: len(x) // strategy.num_replicas_in_sync))
+    assert "[pass] fix_train_step" in capsys.readouterr().out
+
+
+def test_fix_train_step_model_also_called_outside_the_step_passes(capsys, two_replicas):
+    """What the model sees outside strategy.run (in the scope or not) is no replica's share."""
+    fixed = make_train_step()
+
+    def train_step(strategy, make_model, x, y):
+        def make_and_call():
+            model = make_model()
+            model(tf.constant(x))
+            return model
+
+        make_and_call()
+        return fixed(strategy, make_and_call, x, y)  # which calls it in the scope
+
+    ex.check_fix_train_step(train_step)
+    assert "[pass] fix_train_step" in capsys.readouterr().out
+
+
+def test_fix_train_step_slices_of_a_constant_size(two_replicas):
+    """Slices of 4, right on 2 replicas only: the one device's step saw half the batch."""
+    with pytest.raises(
+        ExerciseError, match="On one device the step ran on 4 examples per replica, not its own 8"
+    ):
+        ex.check_fix_train_step(sliced_by_hand(lambda strategy, x: 4))
 
 
 # Each wrong answer of run_and_combine and fix_train_step, and the hint it must get.
@@ -250,6 +393,7 @@ MISTAKES = [
         "first 4 of 8 examples only: batch the dataset by the GLOBAL",
     ),
     ("fix_train_step", dict(loss_op="first"), "is one replica's share of the batch's loss"),
+    ("fix_train_step", dict(times_replicas=True), "0.50x one device's: global_batch_size is the whole batch"),
 ]
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import functools
+from typing import Any, Callable, Optional
 
 from ..checks import exercise, expect, expect_close, passed
 from ..strategies import mirrored_cpus
@@ -17,6 +18,8 @@ SCENARIOS: tuple[tuple[int, int, str, bool, str, str], ...] = (
     (2, 1, "CPU", True, "MultiWorkerMirroredStrategy", "2 CPU-only machines, synchronous"),
     (20, 1, "CPU", False, "ParameterServerStrategy", "20 CPU machines, asynchronous"),
     (3, 4, "GPU", False, "ParameterServerStrategy", "3 machines with 4 GPUs each, asynchronous"),
+    (1, 4, "GPU", False, "ParameterServerStrategy", "one machine with 4 GPUs, asynchronous"),
+    (1, 1, "CPU", False, "ParameterServerStrategy", "one CPU machine, asynchronous (section 7's cluster)"),
     (1, 8, "TPU", True, "TPUStrategy", "a TPU host with 8 cores (a Colab TPU runtime)"),
     (16, 8, "TPU", True, "TPUStrategy", "a TPU pod slice of 16 hosts"),
 )
@@ -33,7 +36,7 @@ _WHY = {
     "OneDeviceStrategy": "one device: nothing to distribute, but OneDeviceStrategy keeps the strategy interface",
     "MirroredStrategy": "one machine, several devices, synchronous: a mirrored copy per device",
     "MultiWorkerMirroredStrategy": "several machines, synchronous: mirrored copies across workers",
-    "ParameterServerStrategy": "asynchronous training needs parameter servers, whatever the devices",
+    "ParameterServerStrategy": "asynchronous training needs parameter servers, on one machine or many",
     "TPUStrategy": "TPU cores have their own strategy, on one host or a pod",
 }
 
@@ -222,12 +225,23 @@ def check_run_and_combine(run_and_combine: Callable[[Any, Any, Any, Any], Any]) 
 TRAIN_EXAMPLES, TRAIN_FEATURES, TRAIN_LEARNING_RATE = 8, 3, 0.1
 
 
-def make_regressor() -> Any:
-    """Dense(1) on 3 features, kernel of ones and bias zero: the same start on every strategy."""
+def make_regressor(seen: Optional[list[tuple[int, Any]]] = None) -> Any:
+    """Dense(1) on 3 features, kernel of ones and bias zero: the same start on every strategy.
+    Given ``seen``, the model appends ``(replica id, examples)`` to it each time a replica's step
+    runs it: what each replica really received."""
     import keras
+    import tensorflow as tf
+
+    class Witness(keras.layers.Layer):
+        def call(self, inputs: Any) -> Any:
+            context = tf.distribute.get_replica_context()  # a ReplicaContext only inside strategy.run
+            if seen is not None and type(context).__name__ not in ("NoneType", "_DefaultReplicaContext"):
+                record = lambda replica, rows: seen.append((int(replica), rows.numpy()))  # noqa: E731
+                tf.py_function(record, [context.replica_id_in_sync_group, inputs], [])
+            return inputs
 
     return keras.Sequential(
-        [keras.Input((TRAIN_FEATURES,)), keras.layers.Dense(1, kernel_initializer="ones")]
+        [keras.Input((TRAIN_FEATURES,)), Witness(), keras.layers.Dense(1, kernel_initializer="ones")]
     )
 
 
@@ -255,19 +269,6 @@ def one_device_step(x: Any, y: Any) -> tuple[float, Any]:
     )
 
 
-def _distributes(function: Any) -> bool:
-    """Whether ``function``'s source distributes its input (False when unreadable)."""
-    import inspect
-
-    try:
-        source = inspect.getsource(function)
-    except (OSError, TypeError):
-        return True
-    return any(
-        name in source for name in ("distribute_dataset", "distribute_datasets_from", "distribute_values")
-    )
-
-
 def check_fix_train_step(train_step: Callable[[Any, Any, Any, Any], Any]) -> None:
     """``train_step(strategy, make_model, x, y) -> (loss, weights)``: one SGD step, the same on one
     device and on 2 replicas as the step written out on one device."""
@@ -282,8 +283,9 @@ def check_fix_train_step(train_step: Callable[[Any, Any, Any, Any], Any]) -> Non
         for replicas in (1, 2):
             strategy = checking_strategy(replicas)
             where = "On one device" if replicas == 1 else f"On {replicas} replicas"
+            seen: list[tuple[int, Any]] = []
             try:
-                result = train_step(strategy, make_regressor, x, y)
+                result = train_step(strategy, functools.partial(make_regressor, seen), x, y)
             except AssertionError:
                 expect(
                     False,
@@ -302,17 +304,18 @@ def check_fix_train_step(train_step: Callable[[Any, Any, Any, Any], Any]) -> Non
                 f"Return model.get_weights(): {want.size} numbers in all, not {got.size}.",
             )
             ratio = factor(got - start, want - start)
-            if replicas > 1 and abs(ratio - replicas) < 0.05:
-                expect(
-                    _distributes(train_step),
-                    f"{where} your update is {ratio:.2f}x one device's: strategy.run gave every replica the "
-                    "whole batch and the all-reduce added their gradients. Distribute the batch first.",
-                )
-                expect(
-                    False,
-                    f"{where} your update is {ratio:.2f}x one device's: each replica's loss is its own mean; "
-                    "divide by the global batch with tf.nn.compute_average_loss.",
-                )
+            counts = [sum(len(rows) for r, rows in seen if r == replica) for replica in range(replicas)]
+            expect(
+                replicas == 1 or max((len(rows) for _, rows in seen), default=0) < len(x),
+                f"{where} the replicas' steps received {' and '.join(map(str, counts))} examples, not "
+                f"{len(x) // replicas} each: strategy.run gave every replica the whole batch (whatever "
+                "global_batch_size says). Distribute the batch first (experimental_distribute_dataset).",
+            )
+            expect(
+                replicas == 1 or abs(ratio - replicas) > 0.05,
+                f"{where} your update is {ratio:.2f}x one device's: each replica's loss is its own mean; "
+                "divide by the global batch with tf.nn.compute_average_loss.",
+            )
             if replicas > 1:
                 first = TRAIN_EXAMPLES // replicas
                 _, want_first = one_device_step(x[:first], y[:first])
@@ -323,6 +326,18 @@ def check_fix_train_step(train_step: Callable[[Any, Any, Any, Any], Any]) -> Non
                     "dataset by the GLOBAL batch, len(x); experimental_distribute_dataset splits each batch "
                     "among the replicas.",
                 )
+            expect(
+                replicas == 1 or abs(ratio - 1 / replicas) > 0.05,
+                f"{where} your update is {ratio:.2f}x one device's: global_batch_size is the whole batch, "
+                "len(x), not len(x) times the replicas; each replica already holds only its share.",
+            )
+            expect(
+                counts == [len(x) // replicas] * replicas
+                and sorted(map(tuple, np.concatenate([rows for _, rows in seen]))) == sorted(map(tuple, x)),
+                f"{where} the step ran on {' and '.join(map(str, counts))} examples per replica, not its own "
+                f"{len(x) // replicas} of the {len(x)}, every example once: batch the dataset by the GLOBAL "
+                "batch, len(x), and distribute it (experimental_distribute_dataset).",
+            )
             expect(
                 mismatch(got - start, want - start) < 1e-4,
                 f"{where} your weights after the step differ from one device's (update {ratio:.2f}x): "
