@@ -7,6 +7,8 @@ complete, with real mistakes planted in the solution regions.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
 
@@ -65,7 +67,8 @@ def test_worker_input_passes(tmp_path, capsys) -> None:
 
 
 def test_worker_input_sharded_after_batching_is_right(tmp_path, capsys) -> None:
-    """Batching per replica, then giving batches out in turn: each step still holds one device's batch."""
+    """Batching per replica, then giving batches out in turn: each step still holds one device's batch
+    (the check's remainder is shorter than a replica's batch, so both workers get as many)."""
     answer = BATCH.replace(
         ", drop_remainder=True)",
         ", drop_remainder=True).shard(input_context.num_input_pipelines, input_context.input_pipeline_id)",
@@ -78,10 +81,31 @@ def test_worker_input_sharded_after_batching_is_right(tmp_path, capsys) -> None:
     "answer, hint",
     [
         (BATCH, "read 64 of the same examples: without sharding"),  # every worker reads everything
-        (
+        (  # global batch
             f"{SHARD}\nreturn data.batch(GLOBAL_BATCH, drop_remainder=True)",
-            "trains 32, twice",
-        ),  # global batch
+            "one step trains 64, not one device's global batch of 16: the global batch is the step",
+        ),
+        (  # a worker's share as each of its replicas' batch: right only with 1 replica per worker
+            f"{SHARD}\nreturn data.batch(GLOBAL_BATCH // input_context.num_input_pipelines, drop_remainder=True)",
+            "On 2 workers of 2 replica(s) each, every replica gets a batch of [8] examples, so one step "
+            "trains 32, not one device's global batch of 16: GLOBAL_BATCH // num_input_pipelines is a "
+            "worker's share, not a replica's",
+        ),
+        (  # one shard per replica: right only with 1 replica per worker
+            SHARD.replace("num_input_pipelines", "num_replicas_in_sync") + "\n" + BATCH,
+            "The 2 workers read 32 of the 64 examples one device trains: with 2 replicas per worker "
+            "num_replicas_in_sync is 4; shard into one part per worker",
+        ),
+        (  # no drop_remainder: the check's data leave a short last batch
+            f"{SHARD}\n" + BATCH.replace(", drop_remainder=True", ""),
+            "67 examples leave a last batch of 3, which the replicas would split unevenly (or not at all): "
+            "batch with drop_remainder=True.",
+        ),
+        (  # a hard-coded batch: right for 2 workers of 2 replicas, not of 1
+            f"{SHARD}\nreturn data.batch(GLOBAL_BATCH // 4 if input_context.num_input_pipelines > 1 "
+            "else GLOBAL_BATCH, drop_remainder=True)",
+            "On 2 workers of 1 replica(s) each, every replica gets a batch of [4]",
+        ),
         ("return data.batch(GLOBAL_BATCH // 2, drop_remainder=True)", "not the global batch of 16"),
         (
             "data = data.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)\n"
@@ -279,24 +303,30 @@ class Run:
 
 def simulate(resume_point, kill=7, preempt=8, steps_per_epoch=4, epochs=3, save_every=5):
     """What the two workers report in the notebook's three runs on one folder (killed after step
-    ``kill``, restarted and preempted after ``preempt``, restarted to the end), for a resume_point.
-    Batch b of an epoch holds the example ids 16b .. 16b+15; worker 0 trains the first 8."""
+    ``kill``, restarted and preempted after ``preempt``, restarted to the end), for a resume_point
+    (or a pair, worker 0's and worker 1's). Batch b of an epoch holds the example ids 16b .. 16b+15;
+    worker 0 trains the first 8. As on a real cluster, the workers step together and report the same
+    loss (an all-reduce), an epoch's datasets end together (a worker with no batch left trains an
+    empty one), and a worker left without a peer fails."""
+    answers = resume_point if isinstance(resume_point, (tuple, list)) else (resume_point, resume_point)
+
+    def plan(answer, restored):
+        first, skip = answer(restored, steps_per_epoch)
+        return [(e, range(skip if e == first else 0, steps_per_epoch)) for e in range(first, epochs)]
 
     def run(restored, stop=None):
-        epoch, skip = resume_point(restored, steps_per_epoch)
         data = {t: {"steps": [], "restored": restored, "weights": None} for t in ("worker 0", "worker 1")}
         step, saved = restored, [restored]
-        for epoch in range(epoch, epochs):
-            for batch in range(skip if not data["worker 0"]["steps"] else 0, steps_per_epoch):
+        for together in zip(*(plan(answer, restored) for answer in answers)):  # one epoch's datasets
+            for j in range(max(len(batches) for _, batches in together)):
                 step += 1
-                for k, task in enumerate(data):
-                    ids = list(range(16 * batch + 8 * k, 16 * batch + 8 * k + 8))
+                for k, (task, (epoch, batches)) in enumerate(zip(data, together)):
+                    ids = [16 * batches[j] + 8 * k + i for i in range(8)] if j < len(batches) else []
                     data[task]["steps"].append([step, epoch, 1.0 / step, ids, float(step)])
                 if step % save_every == 0 or step % steps_per_epoch == 0:
                     saved.append(step)
                 if step == stop:
                     return Run(data), saved[-1]
-            skip = 0
         for task in data:
             data[task]["weights"] = [[1.0, 2.0]] if step == epochs * steps_per_epoch else [[0.0]]
         return Run(data), step
@@ -306,6 +336,37 @@ def simulate(resume_point, kill=7, preempt=8, steps_per_epoch=4, epochs=3, save_
     resumed, _ = run(preempt + 1)
     uninterrupted, _ = run(0)
     return [killed, preempted, resumed], uninterrupted
+
+
+def answer_function(answer: str, task: int = 0):
+    """``answer`` (the body of resume_point) as a function, called as worker ``task`` of the
+    cluster would call it (its TF_CONFIG set)."""
+    namespace: dict = {}
+    body = "".join(f"    {line}\n" for line in answer.splitlines())
+    exec(f"def resume_point(global_step, steps_per_epoch):\n{body}", namespace)
+
+    def call(global_step, steps_per_epoch):
+        saved = os.environ.get("TF_CONFIG")
+        os.environ["TF_CONFIG"] = json.dumps({"task": {"type": "worker", "index": task}})
+        try:
+            return namespace["resume_point"](global_step, steps_per_epoch)
+        finally:
+            os.environ.pop("TF_CONFIG") if saved is None else os.environ.update(TF_CONFIG=saved)
+
+    return call
+
+
+# Each worker reads its own task index: worker 1 resumes one batch after worker 0.
+WORKER_DEPENDENT = (
+    "import json, os\n"
+    "task = json.loads(os.environ.get('TF_CONFIG', '{}')).get('task', {}).get('index', 0)\n"
+    "return global_step // steps_per_epoch, global_step % steps_per_epoch + task"
+)
+
+
+def per_worker(answer: str):
+    """``answer`` as each of the two workers runs it."""
+    return [answer_function(answer, task) for task in range(2)]
 
 
 def test_resume_point_passes(tmp_path, capsys) -> None:
@@ -325,12 +386,46 @@ def test_resume_point_passes(tmp_path, capsys) -> None:
 )
 def test_resume_point_mistakes(tmp_path, answer, hint) -> None:
     program = write_program(tmp_path, resume_point=answer)["resume_point"]
-    namespace: dict = {}
-    exec(f"def resume_point(global_step, steps_per_epoch):\n    {answer}\n", namespace)
-    runs, uninterrupted = simulate(namespace["resume_point"])
+    runs, uninterrupted = simulate(answer_function(answer))
     with pytest.raises(ExerciseError, match="resume_point") as caught:
         ex.check_resume_point(program, runs, uninterrupted)
     assert hint in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "answer, apart",
+    [
+        (
+            WORKER_DEPENDENT,
+            "at step 4 worker 0 trained 8 examples of epoch 1, worker 1 0 of epoch 1",
+        ),  # from the first start
+        (  # on restarts only
+            WORKER_DEPENDENT.replace("+ task", "+ (task if global_step else 0)"),
+            "at step 8 worker 0 trained 8 examples of epoch 2, worker 1 0 of epoch 2",
+        ),
+    ],
+)
+def test_resume_point_depending_on_the_worker(tmp_path, answer, apart) -> None:
+    """A resume_point that reads its worker's task index: worker 1 starts a batch after worker 0.
+    Both report the same losses (the step's loss is all-reduced), so comparing the losses never
+    caught it; the worker that runs out of batches first trains an empty one, and that shows it."""
+    program = write_program(tmp_path, resume_point=answer)["resume_point"]
+    runs, uninterrupted = simulate(per_worker(answer))
+    for run in runs:
+        losses = [[s[2] for s in run[t].data["steps"]] for t in ("worker 0", "worker 1")]
+        assert losses[0] == losses[1]
+    with pytest.raises(ExerciseError, match="resume_point") as caught:
+        ex.check_resume_point(program, runs, uninterrupted)
+    assert (
+        f"The two workers did not resume at the same place ({apart}): every worker must, so "
+        "resume_point must depend only on its arguments, not on the worker."
+    ) in str(caught.value)
+
+
+def test_resume_point_right_on_each_worker(tmp_path, capsys) -> None:
+    runs, uninterrupted = simulate(per_worker("return divmod(global_step, steps_per_epoch)"))
+    ex.check_resume_point(write_program(tmp_path)["resume_point"], runs, uninterrupted)
+    assert "[pass] resume_point" in capsys.readouterr().out
 
 
 def test_resume_point_fits_only_this_cluster(tmp_path) -> None:
@@ -348,6 +443,31 @@ def test_resume_point_unfinished_and_failed_restart(tmp_path) -> None:
         ex.check_resume_point(write_program(tmp_path, resume_point=unfinished)["resume_point"], runs)
     with pytest.raises(ExerciseError, match="did not finish"):
         ex.check_resume_point(write_program(tmp_path)["resume_point"], [runs[0], None])
+
+
+@pytest.mark.parametrize("done", [0, 1, 3])
+def test_the_program_skips_whole_steps_with_two_replicas_per_worker(tmp_path, done) -> None:
+    """train.py's input after a restore, on one worker of 2 replicas (as on a machine with 2 GPUs):
+    make_dataset batches per replica and a step takes one batch per replica, so skipping ``done``
+    steps skips 2 * done batches; the steps left are one device's steps after ``done``."""
+    import tensorflow as tf
+
+    from course_utils import compare
+
+    paths = write_program(tmp_path)
+    source = paths["resume_point"].read_text()
+    skip = re.search(r"(lambda context: make_dataset\(context, epoch\)\.skip\(.*?)\)\n", source, re.S)
+    assert skip, "train.py no longer builds its input with a lambda that skips"
+    train = ex.load_program(paths["worker_input"], "make_dataset")
+    names = {"make_dataset": train.make_dataset, "epoch": 1, "first_epoch": 1, "done": done, "skip": done}
+    make = eval(skip[1], names)  # the restored epoch, ``done`` of its steps in the checkpoint
+    strategy = compare.checking_strategy(2)
+    resumed = [
+        sorted(int(i) for part in strategy.experimental_local_results(ids) for i in part.numpy())
+        for ids, _, _ in strategy.distribute_datasets_from_function(make)
+    ]
+    one = [sorted(ids.numpy().tolist()) for ids, _, _ in train.make_dataset(tf.distribute.InputContext(), 1)]
+    assert resumed == one[done:]
 
 
 def test_the_program_on_a_real_two_worker_cluster(tmp_path) -> None:

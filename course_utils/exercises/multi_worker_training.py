@@ -89,13 +89,66 @@ def _one_step(
     return compare.flat(model.trainable_variables)
 
 
+def _worker_steps(
+    tf: Any, train: Any, one: list, g: int, replicas: int
+) -> list[list[tuple[np.ndarray, ...]]]:
+    """The steps of 2 workers of ``replicas`` replicas each (a step takes one batch per replica,
+    joined here), judged against ``one``, one device's batches."""
+    n = 2 * replicas
+    workers = [_batches(train.make_dataset(tf.distribute.InputContext(2, i, n), 0)) for i in range(2)]
+    sizes = sorted({len(ids) for batches in workers for ids, _, _ in batches})
+    why = {
+        g: "the global batch is the step of all workers; ",
+        g // 2: "GLOBAL_BATCH // num_input_pipelines is a worker's share, not a replica's; ",
+    }.get(sizes[-1] if sizes else 0, "")
+    expect(
+        sizes == [g // n],
+        f"On 2 workers of {replicas} replica(s) each, every replica gets a batch of {sizes} examples, so "
+        f"one step trains {n * sizes[-1] if sizes else 0}, not one device's global batch of {g}: {why}"
+        "use input_context.get_per_replica_batch_size(GLOBAL_BATCH).",
+    )
+    first = [set(int(i) for ids, _, _ in batches for i in ids) for batches in workers]
+    expect(
+        not first[0] & first[1],
+        f"The 2 workers read {len(first[0] & first[1])} of the same examples: without sharding, every "
+        "worker reads the whole dataset. Shard it: data.shard(input_context.num_input_pipelines, "
+        "input_context.input_pipeline_id).",
+    )
+    wanted = {int(i) for ids, _, _ in one for i in ids}
+    expect(
+        wanted <= first[0] | first[1],
+        f"The 2 workers read {len(wanted & (first[0] | first[1]))} of the {len(wanted)} examples one "
+        f"device trains: with {replicas} replicas per worker num_replicas_in_sync is {n}; shard into one "
+        "part per worker, data.shard(input_context.num_input_pipelines, input_context.input_pipeline_id).",
+    )
+    steps = [[batches[k : k + replicas] for k in range(0, len(batches), replicas)] for batches in workers]
+    expect(
+        [len(b) for b in workers] == [replicas * len(one)] * 2,
+        f"One device takes {len(one)} steps per epoch; the workers' {replicas} replica(s) each take "
+        f"{len(workers[0])} and {len(workers[1])} batches: every worker must deliver one batch per "
+        "replica per step.",
+    )
+    for k, batch in enumerate(one):
+        step_ids = sorted(int(i) for worker in steps for part in worker[k] for i in part[0])
+        expect(
+            step_ids == sorted(int(i) for i in batch[0]),
+            f"At step {k + 1} the 2 workers read other examples than one device's global batch "
+            f"{k + 1}: shard the examples in the order one device reads them (shuffle, then shard, "
+            "then batch).",
+        )
+    return [[tuple(np.concatenate(parts) for parts in zip(*step)) for step in worker] for worker in steps]
+
+
 def check_worker_input(program: Any) -> None:
-    """The program's ``make_dataset(input_context, epoch)``: each of 2 workers reads its own half of
-    every global batch, so that 2 replicas make one device's update."""
+    """The program's ``make_dataset(input_context, epoch)``: each of 2 workers of 2 replicas (then
+    of 1) reads its own part of every global batch, from data that leaves a short last batch, so
+    that the replicas make one device's update."""
     tf = import_tensorflow()
     with exercise("worker_input"):
-        train = load_program(program, "make_dataset", "GLOBAL_BATCH")
+        train: Any = load_program(program, "make_dataset", "GLOBAL_BATCH", "EXAMPLES")
+        del sys.modules[train.__name__]  # its EXAMPLES changes here: a later import reads the file
         g = int(train.GLOBAL_BATCH)
+        train.EXAMPLES = int(train.EXAMPLES) + max(1, g // 4 - 1)  # a remainder, under a replica's batch
         try:
             one = _batches(train.make_dataset(tf.distribute.InputContext(), 0))
         except tf.errors.InvalidArgumentError as error:
@@ -105,50 +158,25 @@ def check_worker_input(program: Any) -> None:
                 "data.shard(input_context.num_input_pipelines, input_context.input_pipeline_id).",
             )
             raise
+        sizes = [len(b[0]) for b in one]
+        expect(
+            not (len(sizes) > 1 and set(sizes[:-1]) == {g} and sizes[-1] < g),
+            f"{train.EXAMPLES} examples leave a last batch of {sizes[-1]}, which the replicas would split "
+            "unevenly (or not at all): batch with drop_remainder=True.",
+        )
         expect(
             one and all(len(ids) == g for ids, _, _ in one),
             f"On one device (1 input pipeline, 1 replica) make_dataset gave batches of "
-            f"{sorted({len(b[0]) for b in one})}, not the global batch of {g}: batch with "
+            f"{sorted(set(sizes))}, not the global batch of {g}: batch with "
             "input_context.get_per_replica_batch_size(GLOBAL_BATCH).",
         )
-        workers = [_batches(train.make_dataset(tf.distribute.InputContext(2, i, 2), 0)) for i in range(2)]
-        sizes = sorted({len(ids) for batches in workers for ids, _, _ in batches})
-        expect(
-            sizes != [g],
-            f"Each of 2 workers batches {g} examples, so one step of the cluster trains {2 * g}, twice "
-            "one device's global batch: a worker batches for its own replicas, "
-            "input_context.get_per_replica_batch_size(GLOBAL_BATCH).",
-        )
-        expect(
-            sizes == [g // 2],
-            f"On 2 workers the batches have {sizes} examples, not {g // 2} (the global batch of {g} "
-            "over 2 replicas): use input_context.get_per_replica_batch_size(GLOBAL_BATCH).",
-        )
-        first = [set(int(i) for ids, _, _ in batches for i in ids) for batches in workers]
-        expect(
-            not first[0] & first[1],
-            f"The 2 workers read {len(first[0] & first[1])} of the same examples: without sharding, every "
-            "worker reads the whole dataset. Shard it: data.shard(input_context.num_input_pipelines, "
-            "input_context.input_pipeline_id).",
-        )
-        expect(
-            len(workers[0]) == len(workers[1]) == len(one),
-            f"One device takes {len(one)} steps per epoch, the workers {len(workers[0])} and "
-            f"{len(workers[1])}: every worker must deliver one batch per step.",
-        )
-        for k, batch in enumerate(one):
-            step_ids = sorted(int(i) for batches in workers for i in batches[k][0])
-            expect(
-                step_ids == sorted(int(i) for i in batch[0]),
-                f"At step {k + 1} the 2 workers read other examples than one device's global batch "
-                f"{k + 1}: shard the examples in the order one device reads them (shuffle, then shard, "
-                "then batch).",
-            )
-        # The proof: one step on 2 replicas, fed by the 2 workers' first batches, against one device.
+        workers = _worker_steps(tf, train, one, g, replicas=2)
+        _worker_steps(tf, train, one, g, replicas=1)
+        # The proof: one step on 2 replicas, each fed one worker's first step, against one device.
         rng = np.random.default_rng(0)
         features = one[0][1].shape[1]
         weights = [rng.normal(size=(features, 1)).astype("float32"), np.zeros(1, "float32")]
-        two = _one_step(compare.checking_strategy(2), [(b[0][1], b[0][2]) for b in workers], weights)
+        two = _one_step(compare.checking_strategy(2), [(w[0][1], w[0][2]) for w in workers], weights)
         single = _one_step(compare.checking_strategy(1), [(one[0][1], one[0][2])], weights)
         expect_close(two, single, "One step on the 2 workers' first batches is not one device's step")
     passed(
@@ -398,11 +426,21 @@ def check_resume_point(program: Any, runs: Sequence[Any], uninterrupted: Any = N
                 "A restarted cluster restored no checkpoint: run the cells of section 9 in order, "
                 "on the same run folder.",
             )
-            chief, other = _data(run, "worker 0"), _data(run, "worker 1")
+        for run in [*runs, uninterrupted]:  # the loss is all-reduced: the same on every worker
+            places = [
+                [(s[0], s[1], len(s[3])) for s in _data(run, t).get("steps", [])]
+                for t in ("worker 0", "worker 1")
+            ]
+            apart = [
+                f"at step {a[0]} worker 0 trained {a[2]} examples of epoch {a[1] + 1}, "
+                f"worker 1 {b[2]} of epoch {b[1] + 1}"
+                for a, b in zip(*places)
+                if a != b
+            ] + [f"worker 0 trained {len(places[0])} steps, worker 1 {len(places[1])}"]
             expect(
-                [s[2] for s in chief["steps"]] == [s[2] for s in other["steps"]],
-                "After a restart the two workers reported different losses: every worker must resume at "
-                "the same place, so resume_point must depend only on its arguments.",
+                places[0] == places[1],
+                f"The two workers did not resume at the same place ({apart[0]}): every worker must, so "
+                "resume_point must depend only on its arguments, not on the worker.",
             )
         per_epoch_ids = _examples_by_epoch(runs)
         size = per_epoch * g
