@@ -19,9 +19,11 @@ import pytest
 from course_tools import authoring
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The masters that build their own MirroredStrategy over the set-up cell's CPUs (a whole run twice
-#: each: minutes, so only these).
-RUN_TWICE = ("05", "08")
+#: The masters whose second Run All failed (a whole run twice takes minutes, so only these). Notebook
+#: 05's Run All twice passed even before its strategy cell kept one strategy per kernel (the second
+#: run's all-reduces came in the same order and shapes); what failed there was re-running its cells
+#: 5, 7, 9, 7, 12 and 14, checked by hand.
+RUN_TWICE = ("08",)
 
 
 def _errors(cells: list, count: int) -> list[tuple[int, int, str, str]]:
