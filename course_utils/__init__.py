@@ -16,13 +16,10 @@ name below is loaded from its module the first time it is used, and has this one
 * :func:`check_same_update` - notebook 10 (the same update on 1, 2 and 4 replicas, for your own
   code too; ``docs/capstone.md``)
 
-The core modules, bottom up (each imports only those before it): ``config`` (the settings, read
-once), ``devices`` (virtual CPUs, TensorFlow's quiet start), ``strategies`` (building a strategy
-and saying what it is), ``hardware`` (deciding which: ``get_strategy``, the chain of notebook 06),
-``runtime`` (the set-up call and the report); beside them ``data``, ``models``, ``plots``,
-``progress``, ``processes``, ``scratch``, ``errors``, ``versions``, ``checks`` and ``compare`` (a
-step on N replicas against one device). One notebook's helpers are in :mod:`course_utils.lessons`,
-the local cluster in ``cluster`` and ``workers`` (07, 08), the exercise checks in
+The core, bottom up (each imports only those before it): ``config``, ``devices``, ``strategies``,
+``hardware``, ``runtime``; beside them ``data``, ``models``, ``plots``, ``progress``, ``processes``,
+``scratch``, ``errors``, ``versions``, ``checks``, ``compare``. One notebook's helpers are in
+:mod:`course_utils.lessons`, the local cluster in ``cluster`` and ``workers``, the checks in
 ``course_utils.exercises.<notebook>``.
 """
 

@@ -1,28 +1,16 @@
 """Every notebook (the chain is taught in notebook 06): which strategy this machine gets.
 
 :func:`get_strategy` is how every notebook gets its strategy, so the same notebook runs on a laptop
-CPU, on virtual CPU replicas, on GPUs and on a TPU. It asks :func:`choose`, the one place the
-course decides: ``COURSE_STRATEGY`` names a kind, or ``auto`` (the default) runs a fallback chain
-TPU -> several GPUs -> one GPU -> CPU. :mod:`course_utils.strategies` builds the choice and puts it
-into words; this module decides.
-
-:func:`detect_strategy` runs the chain, builds its choice and prints what it tried::
-
-    strategy = detect_strategy()
-    # Tried: TPU no (NotFoundError: TPUs not found in the cluster...); GPU none; CPU 2 logical
-    # Chose: MirroredStrategy with 2 replicas on CPU:0, CPU:1
-
-Every step that touches the machine is a function you can replace, so that tests (and notebook
-06) exercise every branch with fakes, without a TPU or a GPU:
-
-* ``find_tpu()`` returns a connected and initialised ``TPUClusterResolver`` or raises
-  (default :func:`find_local_tpu`, the way on today's TPU VMs, Colab's TPU runtimes included);
-* ``list_devices(device_type)`` lists physical devices (default
-  ``tf.config.list_physical_devices``);
-* ``build(plan)`` turns the decision into a strategy (default: build the plan's :class:`Choice`
-  with :func:`course_utils.strategies.build_strategy`).
-
-:func:`plan_hardware` makes the chain's decision without building anything.
+CPU, virtual CPU replicas, GPUs and a TPU. :func:`choose` is the one place the course decides:
+``COURSE_STRATEGY`` names a kind, or ``auto`` (the default) runs the chain TPU -> several GPUs ->
+one GPU -> CPU; :mod:`course_utils.strategies` builds the choice and puts it into words.
+:func:`detect_strategy` runs the chain, builds its choice and prints what it tried ("Tried: TPU no
+(NotFoundError ...); GPU none; CPU 2 logical", then "Chose: ..."); :func:`plan_hardware` decides
+without building. Every step that touches the machine can be replaced, so that tests and notebook
+06 exercise every branch with fakes: ``find_tpu()`` (a connected ``TPUClusterResolver``, default
+:func:`find_local_tpu`, the way on today's TPU VMs), ``list_devices(device_type)`` (default
+``tf.config.list_physical_devices``) and ``build(plan)`` (default
+:func:`course_utils.strategies.build_strategy` of the plan's :class:`Choice`).
 """
 
 from __future__ import annotations
