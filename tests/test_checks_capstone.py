@@ -92,11 +92,14 @@ def warmup_step(model, optimizer, metric, global_batch_size, steps_done, port=RI
     return train_step
 
 
-def _counter(aggregation=None, scope=True):
+def _counter(aggregation=None, scope=True, synchronization=None, dtype="int32"):
     tf = _tf()
 
     def fixed_port(strategy, model, optimizer, metric, global_batch_size):
         options = {} if aggregation is None else {"aggregation": getattr(tf.VariableAggregation, aggregation)}
+        if synchronization is not None:
+            options["synchronization"] = getattr(tf.VariableSynchronization, synchronization)
+        options["dtype"] = dtype
         if scope:
             with strategy.scope():
                 steps_done = tf.Variable(0, trainable=False, **options)
@@ -112,9 +115,9 @@ def _colleague_port(model, optimizer, metric, global_batch_size):
     return warmup_step(model, optimizer, metric, global_batch_size, steps_done)
 
 
-@pytest.mark.parametrize("aggregation", ["ONLY_FIRST_REPLICA", None], ids=["only first replica", "default"])
-def test_counter_in_the_scope_passes(aggregation, capsys: pytest.CaptureFixture[str]) -> None:
-    ex.check_capstone_counter(_counter(aggregation))
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+def test_counter_in_the_scope_passes(dtype, capsys: pytest.CaptureFixture[str]) -> None:
+    ex.check_capstone_counter(_counter("ONLY_FIRST_REPLICA", dtype=dtype))
     assert "[pass] capstone_counter: " in capsys.readouterr().out
 
 
@@ -124,8 +127,26 @@ def test_counter_in_the_scope_passes(aggregation, capsys: pytest.CaptureFixture[
         (_colleague_port, WARMUP_HINT),
         (_counter("ONLY_FIRST_REPLICA", scope=False), WARMUP_HINT),
         (_counter("SUM"), "the step counter has aggregation=SUM"),
+        # each counts once per step while every replica adds 1, so the update alone passed them
+        (_counter(), "aggregation=NONE (the default): each replica adds to its own copy"),
+        (_counter("NONE"), "use aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA"),
+        (_counter("MEAN", dtype="float32"), "aggregation=MEAN: every step all-reduces"),
+        (_counter("SUM", synchronization="ON_READ"), "synchronization=ON_READ"),
+        (_counter("ONLY_FIRST_REPLICA", synchronization="ON_READ"), "synchronization=ON_READ"),
+        # an integer counter with MEAN: TensorFlow raises, the hint names the aggregation to use
+        (_counter("MEAN"), "aggregation=MEAN: every step all-reduces"),
     ],
-    ids=["the colleague's port", "aggregation outside the scope", "SUM"],
+    ids=[
+        "the colleague's port",
+        "aggregation outside the scope",
+        "SUM",
+        "default (NONE)",
+        "NONE",
+        "float MEAN",
+        "ON_READ SUM",
+        "ON_READ ONLY_FIRST_REPLICA",
+        "int MEAN",
+    ],
 )
 def test_capstone_counter_mistakes(answer, hint: str) -> None:
     with pytest.raises(ExerciseError, match="Exercise capstone_counter") as error:

@@ -62,6 +62,26 @@ def test_fit_on_replicas_passes(capsys):
     assert "[pass] fit_on_replicas" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "global_batch", [lambda per_replica: per_replica * 2, lambda per_replica: 32], ids=["x 2", "32"]
+)
+def test_fit_on_replicas_hard_coded_replicas(global_batch):
+    """A global batch that ignores the strategy is right on 2 replicas only: 1 replica catches it."""
+
+    def fit_on_replicas(strategy, make_model, images, labels, per_replica_batch):
+        import tensorflow as tf
+
+        with strategy.scope():
+            model = _compile(make_model())
+        batches = tf.data.Dataset.from_tensor_slices((images, labels)).batch(global_batch(per_replica_batch))
+        model.fit(batches, epochs=1, verbose=0)
+        return model
+
+    message = _hint(ex.check_fit_on_replicas, fit_on_replicas)
+    assert "On 1 replica fit took 4 steps for 128 examples, not 8" in message
+    assert "hard-coded `* 2`" in message and "strategy.num_replicas_in_sync" in message
+
+
 def test_fit_on_replicas_other_rate_is_off_one_device():
     def fit_on_replicas(strategy, make_model, images, labels, per_replica_batch):
         import keras

@@ -8,6 +8,7 @@ hint as ``check_same_update`` gives any step.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable, Optional
 
@@ -227,24 +228,33 @@ def check_capstone_port(make_train_step: Callable[..., Any]) -> compare.SameUpda
     return result
 
 
+def _recording(factory: Callable[..., Any], created: list[Any]) -> Callable[..., Any]:
+    """``factory`` (same signature), appending each variable it makes to ``created`` (a distributed
+    variable's copies, one per device: the strategy's creator calls this one for each)."""
+
+    def record(next_creator: Any, **kwargs: Any) -> Any:
+        created.append(next_creator(**kwargs))
+        return created[-1]
+
+    @functools.wraps(factory)
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        with _tf().variable_creator_scope(record):
+            return factory(*args, **kwargs)
+
+    return recording
+
+
 def counter_readings(factory: Callable[..., Any], replicas: int) -> list[float]:
     """The scalar variables ``factory`` creates (step counters), read on the first device after
     ``CHECK_STEPS`` steps of its step on ``replicas`` replicas (one value per variable)."""
-    tf = _tf()
     created: list[Any] = []
-
-    def record(next_creator: Any, **kwargs: Any) -> Any:
-        variable = next_creator(**kwargs)
-        created.append(variable)
-        return variable
-
     takes_strategy = list(inspect.signature(factory).parameters)[:1] == ["strategy"]
+    factory = _recording(factory, created)
 
     def bind(strategy: Any, model: Any, optimizer: Any, metric: Any) -> Any:
-        with tf.variable_creator_scope(record):
-            if takes_strategy:
-                return factory(strategy, model, optimizer, metric, CHECK_BATCH)
-            return factory(model, optimizer, metric, CHECK_BATCH)
+        if takes_strategy:
+            return factory(strategy, model, optimizer, metric, CHECK_BATCH)
+        return factory(model, optimizer, metric, CHECK_BATCH)
 
     compare.run(
         compare.checking_strategy(replicas),
@@ -260,8 +270,31 @@ def counter_readings(factory: Callable[..., Any], replicas: int) -> list[float]:
     return [float(v.numpy()) for v in first]
 
 
+#: Why a counter's aggregation is wrong even where it counts right (every replica adds the same 1).
+AGGREGATION_WHY = {
+    "NONE": " (the default): each replica adds to its own copy, so the copies agree only while every "
+    "replica adds the same (section 6: 3 and 6)",
+    "MEAN": ": every step all-reduces an increment the replicas agree on (and averages ones that differ)",
+}
+ON_READ_HINT = (
+    "the step counter has synchronization=ON_READ: each replica counts in a copy of its own, never "
+    "synchronized (a metric's kind of variable); keep the default synchronization (ON_WRITE) and use "
+    "aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA"
+)
+
+
+def _aggregation_hint(name: str) -> str:
+    return (
+        f"the step counter has aggregation={name}{AGGREGATION_WHY.get(name, '')}; use aggregation="
+        "tf.VariableAggregation.ONLY_FIRST_REPLICA: every copy takes replica 0's update, as Keras's "
+        "optimizer.iterations does"
+    )
+
+
 def _counter_hint(fixed_port: Callable[..., Any], hint: str) -> Optional[str]:
     """A step counter's mistake, said plainly, or None when the counters count as on one device."""
+    if "aggregation=MEAN" in hint:  # TensorFlow refuses MEAN for an integer counter
+        return _aggregation_hint("MEAN")
     if "cannot be reduced with the given reduce op ReduceOp.SUM" in hint:
         return (
             "the step counter has aggregation=SUM: in replica context its assign_add(1) must be "
@@ -292,11 +325,18 @@ def _counter_hint(fixed_port: Callable[..., Any], hint: str) -> Optional[str]:
 
 def check_capstone_counter(fixed_port: Callable[..., Any]) -> None:
     """``fixed_port(strategy, model, optimizer, metric, global_batch_size)``: the port with the
-    warmup's step counter, compared with the warmup script on one device on 1, 2 and 4 replicas."""
+    warmup's step counter, compared with the warmup script on one device on 1, 2 and 4 replicas;
+    the counter it makes in the scope must be ``ONLY_FIRST_REPLICA`` (not ``ON_READ``)."""
     with exercise("capstone_counter"):
-        result = same_update(fixed_port, reference=make_warmup_script_step)
+        created: list[Any] = []
+        result = same_update(_recording(fixed_port, created), reference=make_warmup_script_step)
         if not result.ok:
             expect(False, _counter_hint(fixed_port, result.hint) or result.hint)
+        tf = _tf()
+        for copy in (v for v in created if v.shape.rank == 0 and v.device.upper().endswith("CPU:1")):
+            expect(copy.synchronization != tf.VariableSynchronization.ON_READ, ON_READ_HINT)
+            only_first = copy.aggregation == tf.VariableAggregation.ONLY_FIRST_REPLICA
+            expect(only_first, _aggregation_hint(copy.aggregation.name))
     passed(
         "capstone_counter",
         f"the warmup counts each step once: the warmup script's update on {_counts()} replicas.",

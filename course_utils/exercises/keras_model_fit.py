@@ -164,7 +164,8 @@ def _update_mismatch(mine: Any, reference: Any, start: np.ndarray) -> float:
 
 def check_fit_on_replicas(fit_on_replicas: Callable[..., Any], strategy: Any = None) -> None:
     """``fit_on_replicas(strategy, make_model, images, labels, per_replica_batch)`` on 2 replicas
-    must end with the weights of one device trained on the global batch."""
+    must end with the weights of one device trained on the global batch, and on 1 replica
+    (a ``OneDeviceStrategy``) take the steps of the per-replica batch."""
     import tensorflow as tf
 
     exercise_id = "fit_on_replicas"
@@ -201,6 +202,16 @@ def check_fit_on_replicas(fit_on_replicas: Callable[..., Any], strategy: Any = N
             f"After the epoch the weights are {off:.1%} off one device trained on batches of "
             f"{global_batch}: keep the script's model, SGD({SCRIPT_LEARNING_RATE}) and loss; change "
             "only the scope and the batch.",
+        )
+        # On 1 replica a global batch of `per_replica_batch * 2` (2 hard-coded) is twice too big.
+        alone = _iterations(
+            _call_student(fit_on_replicas, _one_device(), small_model, images, labels, per_replica)
+        )
+        want = math.ceil(len(labels) / per_replica)
+        expect(
+            alone == want,
+            f"On 1 replica fit took {alone} steps for {len(labels)} examples, not {want}: your global batch "
+            "ignores the strategy (a hard-coded `* 2`?); batch by per_replica_batch * strategy.num_replicas_in_sync.",
         )
     passed(
         exercise_id,
