@@ -1,18 +1,11 @@
 """Every notebook (the set-up report): the version policy, which TensorFlow and Keras the course is tested on.
 
-The course is tested on a range of releases, not one:
-
-* the **newest** is what ``requirements.txt`` pins (TensorFlow 2.21, Keras 3.15): ``make test``
-  runs every notebook on it;
-* the **oldest** is what Colab's CPU and GPU runtimes ship (TensorFlow 2.20, Keras 3.13), where
-  most students run the notebooks without installing anything.
-
-Inside that range nothing extra is said. Outside it, :func:`judge` gives one plain line that says
-what may break (``course_utils.setup()`` prints it once, and ``python -m course_tools.doctor``
-shows it in its ``versions`` row). Below TensorFlow 2.16, or with Keras 2 (``tf-keras``) as
-``tf.keras``, the course does not work at all.
-
-When Colab or the pins move, edit :data:`OLDEST` or :data:`NEWEST` here, and nothing else.
+The course is tested from the **oldest** release Colab's CPU and GPU runtimes ship (TensorFlow 2.20,
+Keras 3.13) to the **newest**, which ``requirements.txt`` pins (TensorFlow 2.21, Keras 3.15; ``make
+test`` runs every notebook on it). Inside that range nothing is said; outside it, :func:`judge`
+gives one line on what may break (printed once by ``course_utils.setup()``, and in the doctor's
+``versions`` row). Below TensorFlow 2.16, or with ``tf-keras`` as ``tf.keras``, nothing works. When
+Colab or the pins move, edit :data:`OLDEST` or :data:`NEWEST` here, and nothing else.
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """Notebook 04 (custom training loops): its exercise checks.
 
-Every check that is about distribution runs the student's code on one device and on a 2-replica
-``MirroredStrategy`` over virtual CPUs (:func:`course_utils.compare.checking_strategy`) from the
-same weights and the same global batch, and compares both with a single-device reference written
-out here. Code that is right on one replica and wrong on two fails on the second run, whatever
-strategy the notebook itself runs under.
+Every check about distribution runs the student's code on one device and on a 2-replica
+``MirroredStrategy`` over virtual CPUs (:func:`course_utils.compare.checking_strategy`), from the
+same weights and global batch, against a single-device reference written out here. The batches
+are **padded**: ``mask`` is 1.0 for a real example, 0.0 for a padding slot; the reference is what
+one device computes on the real examples alone (mean cross-entropy plus the model's penalties,
+accuracy).
 
-The batches are **padded**: ``mask`` is 1.0 for a real example and 0.0 for a padding slot (the
-last batch of an epoch filled up to the full global batch). The single-device reference is what
-one device computes on the real examples alone: the mean cross-entropy over them plus the
-model's penalties, the accuracy over them.
-
-* ``adam_update_factor``: predict by how much Adam's first update moves when every gradient is
-  doubled (a ``tf.reduce_mean`` loss on 2 replicas); measured by :func:`adam_update_factor`.
+* ``adam_update_factor``: predict how far Adam's first update moves when every gradient is doubled
+  (a ``tf.reduce_mean`` loss on 2 replicas); measured by :func:`adam_update_factor`.
 * ``padded_loss``: ``compute_loss(labels, logits, mask, model_losses)``, one replica's share.
 * ``per_replica_dataset_fn``: ``make_dataset_fn(images, labels, global_batch_size)`` ->
   ``dataset_fn(input_context)`` for ``strategy.distribute_datasets_from_function``.

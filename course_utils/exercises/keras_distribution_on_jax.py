@@ -1,23 +1,17 @@
 """Notebook 11: the checks of its exercises (Keras 3's distribution API on JAX).
 
-Each check runs on two JAX devices (the first two accelerators when there are two or more, so 2 of a
-v5e-8's 8; else the two CPU devices that the set-up cell asked XLA for, so on a one-chip v5e-1 too) and
-compares with one device, as every check of the course does. Both sides stand on the same footing
-(:func:`same_footing`): the one device is the first of the two, and float32 matmuls run in float32 on
-both, since by default a TPU multiplies float32 matrices in one bfloat16 pass and a recent NVIDIA GPU
-in TF32, far above float noise.
+Each check runs on two JAX devices (the first two accelerators, else the set-up cell's two CPU
+devices, as on a one-chip v5e-1 or one GPU) against one device, the first of the two, with float32
+matmuls in float32 on both (by default a TPU uses one bfloat16 pass and a recent NVIDIA GPU TF32,
+far above float noise: :func:`same_footing`). Nothing here imports TensorFlow (Colab's TPU runtimes).
 
-* ``jax_shard_batch``: ``shard_batch(x, mesh)`` places a global batch on the mesh, split along its
-  ``"batch"`` axis: each device holds its half of the examples, and two steps on it (labels placed by it
-  too) give one device's update;
-* ``jax_port_loss``: notebook 04's loss ported to a jitted JAX step keeps ``compute_average_loss``'s default
-  divisor, the batch times the devices; on global arrays the update is then half of one device's.
-  Fixed, the step gives one device's update on 2 devices;
-* ``jax_tensor_parallel``: a ``LayoutMap`` that splits a two-layer block the tensor-parallel way (the
-  first kernel by columns, the second by rows), with keys that ``re.search`` (Keras 3.13) and
-  ``re.fullmatch`` (Keras 3.14+) read alike, and the update of one device.
-
-Nothing here imports TensorFlow: the notebook runs where there is none (Colab's TPU runtimes).
+* ``jax_shard_batch``: ``shard_batch(x, mesh)`` splits a global batch over the mesh's ``"batch"``
+  axis; two steps on it (labels placed by it too) give one device's update;
+* ``jax_port_loss``: notebook 04's loss ported to a jitted step keeps ``compute_average_loss``'s
+  default divisor (batch times devices): half of one device's update on global arrays, until fixed;
+* ``jax_tensor_parallel``: a ``LayoutMap`` splitting a two-layer block the tensor-parallel way
+  (first kernel by columns, second by rows), with keys ``re.search`` (Keras 3.13) and
+  ``re.fullmatch`` (3.14+) read alike, and one device's update.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Notebook 03: the checks of its exercises (distributed training with Keras ``Model.fit``).
 
-Each check that is about distribution runs the student's code on 2 replicas
-(:func:`course_utils.compare.checking_strategy`) and the same training on one device, and
-compares the weights with :func:`course_utils.compare.mismatch`.
+Each check about distribution runs the student's code on 2 replicas and the same training on one
+device, and compares the weights (:func:`course_utils.compare.mismatch`).
 
 * :func:`check_fit_on_replicas` - debug a ``fit`` script that builds its model outside
   ``strategy.scope()`` and batches by the per-replica size.

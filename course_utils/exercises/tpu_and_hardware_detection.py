@@ -1,8 +1,6 @@
 """Notebook 06: the checks of its exercises (TPU and hardware detection).
 
-Both coding checks run the student's code on one device and on the course's 2-replica
-``MirroredStrategy`` over virtual CPUs (:func:`course_utils.compare.checking_strategy`) and compare
-with what one device does:
+Both coding checks run the student's code on one device and on 2 replicas over virtual CPUs:
 
 * ``tpu_input_fn``: ``make_dataset_fn(x, y, global_batch)`` returns the ``dataset_fn(ctx)`` of
   ``strategy.distribute_datasets_from_function``: static per-replica batches whose replicas together

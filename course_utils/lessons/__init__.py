@@ -1,15 +1,7 @@
 """Notebooks 01 to 11: the helpers that serve one notebook each, the scaffolding around a lesson, never the lesson.
 
-* :mod:`.widgets` - notebook 01 (its data, pictures and explorer; its NumPy lesson is in its cells)
-* :mod:`.support` - notebook 02
-* :mod:`.callbacks` - notebook 03
-* :mod:`.reference` - notebook 04
-* :mod:`.diagnostics` - notebook 05
-* :mod:`.machines` - notebook 06
-* :mod:`.coordinator` - notebook 08 (its kernel's native stderr, sent to a file)
-* :mod:`.parallelism` - notebook 09 (its loops are in its cells; the benchmark is ``course_tools.bench``)
-* :mod:`.capstone` - notebook 10
-* :mod:`.keras_on_jax` - notebook 11 (its set-up: Keras on JAX, no TensorFlow)
-
+:mod:`.widgets` (01), :mod:`.support` (02), :mod:`.callbacks` (03), :mod:`.reference` (04),
+:mod:`.diagnostics` (05), :mod:`.machines` (06), :mod:`.coordinator` (08), :mod:`.parallelism`
+(09; the benchmark is ``course_tools.bench``), :mod:`.capstone` (10), :mod:`.keras_on_jax` (11).
 Importing this package imports none of them.
 """

@@ -1,16 +1,10 @@
 """Notebook 03: learning-rate schedules for ``Model.fit``.
 
-The *Distributed training with Keras* tutorial trains for 12 epochs with a three-phase decay:
-``1e-3`` for epochs 0-2, ``1e-4`` for epochs 3-6 and ``1e-5`` from epoch 7 on. Its ``decay``
-function hard-codes those epochs, so a shorter run (``COURSE_FAST=1`` trains 3 epochs) would
-never leave the first phase. :func:`three_phase_decay` keeps the tutorial's proportions for any
-number of epochs::
-
-    schedule = three_phase_decay(12)       # the tutorial: boundaries (3, 7)
-    schedule = three_phase_decay(3)        # boundaries (1, 2): one epoch per phase
-    keras.callbacks.LearningRateScheduler(schedule)
-
-Importing this module never imports TensorFlow or Keras.
+The *Distributed training with Keras* tutorial decays over 12 epochs: ``1e-3`` for epochs 0-2,
+``1e-4`` for 3-6, ``1e-5`` from 7 on, hard-coded, so a 3-epoch run (``COURSE_FAST=1``) would never
+leave the first phase. :func:`three_phase_decay` keeps the proportions for any number of epochs
+(``three_phase_decay(12)``: boundaries 3 and 7; ``three_phase_decay(3)``: 1 and 2), for
+``keras.callbacks.LearningRateScheduler``. Importing this module never imports TensorFlow or Keras.
 """
 
 from __future__ import annotations

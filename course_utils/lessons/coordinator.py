@@ -1,19 +1,12 @@
 """Notebook 08: the scaffolding around a kernel that coordinates an in-process cluster.
 
-Once a process has created a ``ParameterServerStrategy``, TensorFlow's C++ runtime tells every
-server when Python frees a traced function. A server that never received that function answers
-with an error, and the runtime logs it on the process's native stderr (file descriptor 2)::
-
-    E0000 00:00:... context.cc:911] Failed to remove function remotely due to Tried to remove
-    non-existent function '__inference_...'.
-    Additional GRPC error information from remote target /job:ps/replica:0/task:0 ...
-
-Nothing is wrong (the function is gone locally, and the servers never had it), but Python frees
-objects at garbage collection, under whichever cell happens to run. Jupyter shows file descriptor 2
-under the running cell, so the noise would land at random; the C++ log level cannot be changed once
-TensorFlow is imported. :func:`native_logs_to_file` sends file descriptor 2 to a file before the
-kernel joins the cluster. Python's own output in a kernel (``print``, warnings, tracebacks) does not
-use file descriptor 2 and still shows under its cell.
+Once a process has made a ``ParameterServerStrategy``, TensorFlow's C++ runtime tells every server
+when Python frees a traced function; a server that never had it answers with an error that the
+runtime logs on file descriptor 2 ("Failed to remove function remotely due to Tried to remove
+non-existent function '__inference_...'"). Nothing is wrong, but garbage collection frees objects
+under whichever cell runs, and Jupyter shows file descriptor 2 under the running cell; the C++ log
+level cannot change once TensorFlow is imported. :func:`native_logs_to_file` sends file descriptor
+2 to a file before the kernel joins the cluster; ``print``, warnings and tracebacks still show.
 """
 
 from __future__ import annotations

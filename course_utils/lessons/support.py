@@ -1,17 +1,12 @@
 """Notebook 02: the scaffolding around its support matrix (processes, the table).
 
-The probes themselves (a tiny model trained with ``Model.fit`` or the custom training loop under a
-strategy, and ``attempt``, which names what fails) are written in the notebook's cells. This module
-only runs them where a notebook kernel cannot:
-
-* :func:`start_cluster_runs` sends the source of the cells that define the probes to a real
-  2-worker ``MultiWorkerMirroredStrategy`` cluster (two fresh processes with ``TF_CONFIG``) and to
-  an in-process ``ParameterServerStrategy`` cluster (one fresh process), in the background;
-* :class:`Row` and :func:`render_matrix` print the table.
-
-An outcome is the text a probe's ``attempt`` returns: ``"works: ..."``, ``"fails: <error>"``,
-``"not run: <why>"`` or ``"-"``. It never contains numbers that vary (losses, ports, times), so a
-notebook that prints it reproduces itself under any CI strategy.
+The probes (a tiny model trained with ``Model.fit`` or the custom loop under a strategy, and
+``attempt``, which names what fails) are written in the notebook's cells. This module runs them
+where a kernel cannot: :func:`start_cluster_runs` sends the source of those cells to a real
+2-worker ``MultiWorkerMirroredStrategy`` cluster and to an in-process ``ParameterServerStrategy``
+cluster, in the background; :class:`Row` and :func:`render_matrix` print the table. An outcome is
+``"works: ..."``, ``"fails: <error>"``, ``"not run: <why>"`` or ``"-"``, never a number that varies
+(losses, ports, times), so the notebook reproduces itself under any CI strategy.
 """
 
 from __future__ import annotations

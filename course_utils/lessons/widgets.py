@@ -1,20 +1,12 @@
 """Notebook 01: its data, its pictures and the batch-split explorer; the lesson's code is in its cells.
 
-* :func:`make_problem`: a small learnable classification batch and starting weights.
-* :func:`data_parallelism_picture`: slices of a batch, the same model on every device, gradients
-  aggregated, one update, a new model.
-* :func:`timelines` and :func:`sync_async_picture`: synchronous and asynchronous workers on a
-  time line.
-* :func:`ring_picture` and :func:`traffic_picture`: a ring all-reduce step by step and the bytes
-  it sends, drawn from the numbers the notebook's cells computed.
-* :func:`explore_data_parallelism`: sliders for the number of replicas and the global batch size
-  that rerun the notebook's own step and redraw how the batch is split, what each replica divides
-  by, and the resulting gradient against one device's. Where widgets cannot render (a notebook run
-  by nbval or nbclient, a static viewer, no ipywidgets installed) it shows the same figure for the
-  default values instead, with the same numbers in text.
-
-Figures are drawn with ``matplotlib.figure.Figure`` (not pyplot) and shown as PNG images, so they
-look the same whatever matplotlib backend is active and are never shown twice.
+:func:`make_problem` (a small learnable batch and starting weights); the pictures
+:func:`data_parallelism_picture`, :func:`timelines`, :func:`sync_async_picture`,
+:func:`ring_picture` and :func:`traffic_picture`, drawn from the numbers the cells computed; and
+:func:`explore_data_parallelism`, sliders for the replicas and the global batch that rerun the
+notebook's own step (where widgets cannot render, as under nbval, the same figure for the default
+values, its numbers in text). Figures are ``matplotlib.figure.Figure`` shown as PNG: the same
+under any backend, never shown twice.
 """
 
 from __future__ import annotations
