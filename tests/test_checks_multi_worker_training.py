@@ -87,7 +87,7 @@ def test_worker_input_sharded_after_batching_is_right(tmp_path, capsys) -> None:
         ),
         (  # a worker's share as each of its replicas' batch: right only with 1 replica per worker
             f"{SHARD}\nreturn data.batch(GLOBAL_BATCH // input_context.num_input_pipelines, drop_remainder=True)",
-            "On 2 workers of 2 replica(s) each, every replica gets a batch of [8] examples, so one step "
+            "On 2 workers of 2 replica(s) each, the replicas get batches of [8] examples, so one step "
             "trains 32, not one device's global batch of 16: GLOBAL_BATCH // num_input_pipelines is a "
             "worker's share, not a replica's",
         ),
@@ -104,7 +104,7 @@ def test_worker_input_sharded_after_batching_is_right(tmp_path, capsys) -> None:
         (  # a hard-coded batch: right for 2 workers of 2 replicas, not of 1
             f"{SHARD}\nreturn data.batch(GLOBAL_BATCH // 4 if input_context.num_input_pipelines > 1 "
             "else GLOBAL_BATCH, drop_remainder=True)",
-            "On 2 workers of 1 replica(s) each, every replica gets a batch of [4]",
+            "On 2 workers of 1 replica(s) each, the replicas get batches of [4]",
         ),
         ("return data.batch(GLOBAL_BATCH // 2, drop_remainder=True)", "not the global batch of 16"),
         (

@@ -272,9 +272,9 @@ def counter_readings(factory: Callable[..., Any], replicas: int) -> list[float]:
 
 #: Why a counter's aggregation is wrong even where it counts right (every replica adds the same 1).
 AGGREGATION_WHY = {
-    "NONE": " (the default): each replica adds to its own copy, so the copies agree only while every "
-    "replica adds the same (section 6: 3 and 6)",
-    "MEAN": ": every step all-reduces an increment the replicas agree on (and averages ones that differ)",
+    "NONE": ": each replica adds to its own copy, so the copies agree only while every replica adds "
+    "the same (replicas adding 1 and 2 leave copies at 3 and 6: the cell after this check)",
+    "MEAN": ": TensorFlow refuses MEAN for an integer variable (a float counter with MEAN is right)",
 }
 ON_READ_HINT = (
     "the step counter has synchronization=ON_READ: each replica counts in a copy of its own, never "
@@ -326,17 +326,17 @@ def _counter_hint(fixed_port: Callable[..., Any], hint: str) -> Optional[str]:
 def check_capstone_counter(fixed_port: Callable[..., Any]) -> None:
     """``fixed_port(strategy, model, optimizer, metric, global_batch_size)``: the port with the
     warmup's step counter, compared with the warmup script on one device on 1, 2 and 4 replicas;
-    the counter it makes in the scope must be ``ONLY_FIRST_REPLICA`` (not ``ON_READ``)."""
+    the counter it makes in the scope must keep its copies equal: ``ONLY_FIRST_REPLICA`` (or a float
+    ``MEAN``), ``ON_WRITE``."""
     with exercise("capstone_counter"):
         created: list[Any] = []
         result = same_update(_recording(fixed_port, created), reference=make_warmup_script_step)
         if not result.ok:
             expect(False, _counter_hint(fixed_port, result.hint) or result.hint)
-        tf = _tf()
         for copy in (v for v in created if v.shape.rank == 0 and v.device.upper().endswith("CPU:1")):
-            expect(copy.synchronization != tf.VariableSynchronization.ON_READ, ON_READ_HINT)
-            only_first = copy.aggregation == tf.VariableAggregation.ONLY_FIRST_REPLICA
-            expect(only_first, _aggregation_hint(copy.aggregation.name))
+            expect(copy.synchronization.name != "ON_READ", ON_READ_HINT)
+            name = copy.aggregation.name  # the copies stay equal: replica 0's update, or a mean
+            expect(name in ("ONLY_FIRST_REPLICA", "MEAN"), _aggregation_hint(name))
     passed(
         "capstone_counter",
         f"the warmup counts each step once: the warmup script's update on {_counts()} replicas.",

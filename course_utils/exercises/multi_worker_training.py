@@ -103,7 +103,7 @@ def _worker_steps(
     }.get(sizes[-1] if sizes else 0, "")
     expect(
         sizes == [g // n],
-        f"On 2 workers of {replicas} replica(s) each, every replica gets a batch of {sizes} examples, so "
+        f"On 2 workers of {replicas} replica(s) each, the replicas get batches of {sizes} examples, so "
         f"one step trains {n * sizes[-1] if sizes else 0}, not one device's global batch of {g}: {why}"
         "use input_context.get_per_replica_batch_size(GLOBAL_BATCH).",
     )
