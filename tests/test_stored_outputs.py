@@ -131,3 +131,17 @@ def test_the_formatters_print_bounds() -> None:
     assert compare.percent(0.004, floor=0.001) == "0.4%"
     for line in (f"(mismatch {compare.below(1e-4)})", f"({compare.percent(0.002)} mismatch)"):
         assert noise_numbers(line) == []
+
+
+@pytest.mark.parametrize("name", ["nbval_sanitize.cfg", "nbval_sanitize_colab.cfg"])
+def test_nbval_reads_every_sanitizer_rule(name: str) -> None:
+    """nbval takes a rule only as a `regex: ` line followed by a `replace: ` line with text after the
+    space; a rule it does not read is a silent no-op (two were, until a GPU run showed it)."""
+    from nbval.plugin import get_sanitize_patterns
+
+    text = (ROOT / "tests" / name).read_text()
+    rules = re.findall(r"^regex: .*$", text, flags=re.MULTILINE)
+    read = get_sanitize_patterns(text)
+    assert len(read) == len(rules), f"{name}: nbval reads {len(read)} of its {len(rules)} rules"
+    for regex, _ in read:
+        re.compile(regex)
