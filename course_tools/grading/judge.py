@@ -3,7 +3,8 @@
 For the exercises in :data:`JUDGED`, the grading run does not run the check in the student's
 kernel. The check cell of the graded notebook becomes ``serve(ID, name=function)``
 (:func:`serve_source`, and :mod:`course_tools.grading.answers` on the kernel's side); the runner starts
-this module as a fresh process (``python -m course_tools.grading.judge``) before the notebook runs.
+this module as a process of its own (``python -m course_tools.grading.judge``) and gives it each run's
+job before that run's notebook starts.
 For each exercise the kernel serves, the judge calls the course's own check function here, with
 :class:`Remote` stand-ins for the student's functions: each call sends its arguments to the
 kernel, which calls the student's function and sends back what it returned or raised, as plain
