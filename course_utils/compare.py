@@ -32,6 +32,11 @@ NOISE_FACTOR, NOISE_FLOOR = 16.0, 1e-6
 #: 2^20 (large enough to clip), and the learning rate by 2^14 (a 1e-6 decay then moves float32 weights
 #: visibly): each trap becomes an effect of order 1, judged with a fixed tolerance.
 SMALL, LARGE, PROBE_LR, PROBE_RTOL = 2.0**-10, 2.0**20, 2.0**14, 1e-3
+#: The batch-wide probe multiplies the data loss's gradient by 2^10 (a penalty's part becomes noise).
+BOOST = 2.0**10
+#: A model computing in 16 bits: the tolerance is at least this many units of its rounding (2^-11 for
+#: float16, 2^-8 for bfloat16), since each replica rounds its own share before the all-reduce.
+ROUNDING, UNIT = 4.0, {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 
 #: ``make_step(strategy, model, optimizer, metric) -> step``: what :func:`run` calls in each run.
 Binder = Callable[[Any, Any, Any, Any], Callable[[Any], Any]]
@@ -115,6 +120,9 @@ class Run:
     first_update: np.ndarray = field(default_factory=lambda: np.zeros(0))
     metrics: tuple[float, ...] = ()
     error: str = ""
+    metric_names: tuple[str, ...] = ()
+    #: Variables the step created while it ran (not in the scope, before it): made lazily.
+    created: tuple[str, ...] = ()
 
     @property
     def loss(self) -> Optional[float]:
@@ -129,23 +137,65 @@ def _scalar(value: Any) -> Optional[float]:
     return None if value is None else float(array.reshape(-1)[0])
 
 
-def _results(metric: Any) -> tuple[float, ...]:
+def _results(metric: Any) -> tuple[tuple[float, ...], tuple[str, ...]]:
+    """Each metric's result(s) and name(s) (``name[i]`` for a metric of several values)."""
     metrics = metric if isinstance(metric, (list, tuple)) else [] if metric is None else [metric]
-    values = [np.asarray(_tf().nest.flatten(m.result()), np.float64) for m in metrics]
-    return tuple(float(v) for array in values for v in array.ravel())
+    values, names = [], []
+    for m in metrics:
+        array = np.asarray(_tf().nest.flatten(m.result()), np.float64).ravel()
+        values += [float(v) for v in array]
+        names += [m.name] if array.size == 1 else [f"{m.name}[{i}]" for i in range(array.size)]
+    return tuple(values), tuple(names)
+
+
+def _layers(model: Any) -> list[Any]:
+    return list(model._flatten_layers(include_self=True))
+
+
+def _adjust(model: Any, adjust: Sequence[str]) -> None:
+    """For a probe: "calm" random layers (Dropout's rate, GaussianNoise's stddev set to 0), "sync"
+    BatchNormalization's statistics across replicas, "freeze" it (batch statistics off), "float32"
+    computation in every layer (a 16-bit policy's rounding and overflow kept out of the probes)."""
+    for layer in _layers(model):
+        for name in ("rate", "stddev") if "calm" in adjust and hasattr(layer, "seed_generator") else ():
+            if isinstance(getattr(layer, name, None), (int, float)):
+                setattr(layer, name, 0.0)
+        if hasattr(layer, "synchronized"):
+            layer.synchronized = layer.synchronized or "sync" in adjust
+            layer.trainable = layer.trainable and "freeze" not in adjust
+        if "float32" in adjust and layer.dtype_policy.compute_dtype != "float32":
+            layer.dtype_policy = "float32"
 
 
 def _amplify(model: Any, scale: float) -> None:
     """Multiply every gradient that flows back through the model's outputs by ``scale`` (the data
-    loss's; a penalty on the weights does not flow through them); the forward pass is unchanged."""
-    tf = _tf()
+    loss's; a penalty on the weights does not flow through them); the forward pass is unchanged.
+    Sub-models too (a ``train_step`` may call ``self.student`` directly), each once: not again
+    when called from inside another model that already scales."""
+    import keras
+
+    tf, depth = _tf(), [0]
 
     @tf.custom_gradient
     def amplified(x: Any) -> Any:
         return tf.identity(x), lambda dy: dy * tf.cast(scale, dy.dtype)
 
-    call = model.call
-    model.call = lambda *args, **kwargs: tf.nest.map_structure(amplified, call(*args, **kwargs))
+    def patch(target: Any) -> None:
+        call = target.call
+
+        def outer(*args: Any, **kwargs: Any) -> Any:
+            depth[0] += 1
+            try:
+                out = call(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+            return out if depth[0] else tf.nest.map_structure(amplified, out)
+
+        target.call = outer
+
+    for layer in _layers(model):
+        if isinstance(layer, keras.Model):
+            patch(layer)
 
 
 def _built(model: Any, example: Any) -> Any:
@@ -158,7 +208,7 @@ def _built(model: Any, example: Any) -> Any:
 
 def run(
     strategy: Any,
-    make_step: Binder,
+    make_step: Optional[Binder],
     data: Sequence[Any],
     *,
     batch: Optional[int] = None,
@@ -171,17 +221,31 @@ def run(
     scale: Optional[float] = None,
     lr_scale: float = 1.0,
     seed: Optional[int] = None,
+    fit: Optional[dict[str, Any]] = None,
+    adjust: Sequence[str] = (),
+    created: Optional[list[str]] = None,
 ) -> Run:
     """One step per global batch of ``batch`` examples of ``data`` (all: one) under ``strategy``;
     errors propagate. Model (from ``weights``), optimizer (``SGD(0.1)``; built in the scope,
     keras-team/keras#23085) and metric are made in the scope; ``make_step(...)`` is run by
     ``strategy.run`` and summed in a ``tf.function`` (``distributed=True``: it takes the distributed
-    batch). ``scale``/``lr_scale`` multiply the data loss's gradients / the learning rate (probes)."""
+    batch); with ``fit`` (``compile`` arguments) ``model.fit`` runs instead, one epoch unshuffled.
+    ``scale``/``lr_scale`` multiply the data loss's gradients / the learning rate, ``adjust`` calms
+    random layers and more (:func:`_adjust`): probes. Variables made while steps run go to ``created``."""
     import keras
 
     tf = _tf()
     if seed is not None:
         keras.utils.set_random_seed(seed)
+    made = [] if created is None else created
+
+    def record(next_creator: Any, **kwargs: Any) -> Any:
+        variable = next_creator(**kwargs)
+        name = str(kwargs.get("name") or variable.name)
+        if "replica_" not in name and name not in made:  # a mirrored variable's copies: named once
+            made.append(name)
+        return variable
+
     # One device (the default strategy) runs on the CPU, like the checks' replicas: on a machine with a
     # GPU its ops would go there, and a GPU's float32 kernels round differently from the CPU's.
     on_cpu = strategy_name(strategy) == "default strategy" and tf.config.list_physical_devices("GPU")
@@ -189,35 +253,65 @@ def run(
         with strategy.scope():
             model = _built(make_model(), data[0])
             model.set_weights(list(weights))
+            _adjust(model, adjust)
             optimizer = make_optimizer() if make_optimizer else keras.optimizers.SGD(0.1)
             if build_optimizer:
                 optimizer.build(model.trainable_variables)
             metric = make_metric() if make_metric else None
+            if fit is not None:
+                model.compile(optimizer=optimizer, **fit)
         if lr_scale != 1.0:
             optimizer.learning_rate.assign(optimizer.learning_rate.numpy() * lr_scale)
         if scale is not None:
             _amplify(model, scale)
-        step = make_step(strategy, model, optimizer, metric)
-        if not distributed:
-            replica_step = step
-
-            @tf.function
-            def step(inputs: Any) -> Any:
-                return sum_replicas(strategy, strategy.run(replica_step, args=(inputs,)))
-
         before = flat(model.trainable_variables)
         losses: list[Optional[float]] = []
-        first: Optional[np.ndarray] = None
-        for inputs in distribute(strategy, data, batch):
-            losses.append(_scalar(step(inputs)))
-            first = flat(model.trainable_variables) - before if first is None else first
+        first: list[np.ndarray] = []
+        last: dict[str, Any] = {}  # model.fit's logs after its last batch
+
+        def stepped(loss: Any) -> None:
+            losses.append(_scalar(loss))
+            first.append(flat(model.trainable_variables) - before)
+
+        def on_batch(batch: int, logs: Optional[dict[str, Any]] = None) -> None:
+            stepped((logs or {})["loss"])
+            last.update(logs or {})
+
+        with tf.variable_creator_scope(record):
+            if fit is not None:
+                x, y, *w = data
+                model.fit(
+                    x,
+                    y,
+                    sample_weight=w[0] if w else None,
+                    batch_size=batch or len(y),
+                    epochs=1,
+                    shuffle=False,
+                    verbose=0,
+                    callbacks=[keras.callbacks.LambdaCallback(on_train_batch_end=on_batch)],
+                )
+            elif make_step is not None:
+                step = make_step(strategy, model, optimizer, metric)
+                if not distributed:
+                    replica_step = step
+
+                    @tf.function
+                    def step(inputs: Any) -> Any:
+                        return sum_replicas(strategy, strategy.run(replica_step, args=(inputs,)))
+
+                for inputs in distribute(strategy, data, batch):
+                    stepped(step(inputs))
         update = flat(model.trainable_variables) - before
+    names = [k for k in last if k != "loss"]
+    metrics, metric_names = (tuple(float(last[k]) for k in names), tuple(names)) if fit else _results(metric)
     return Run(
         int(strategy.num_replicas_in_sync),
         tuple(losses),
         update,
-        update if first is None else first,
-        _results(metric),
+        first[0] if first else update,
+        metrics,
+        metric_names=metric_names,
+        created=tuple(made),
     )
 
 
@@ -229,6 +323,10 @@ HINTS = {
     "no_training": "the step does not train: on one device the weights did not move (does it apply the gradients of its loss?)",
     "weights_ignored": "sample weights ignored: on one replica, setting half of them to 0 changes nothing; pass sample_weight= to the per-example loss before averaging over the global batch",
     "raised": "{on} the step raised {error}",
+    "lazy": "{on} the step raised {error}; it made variables while it ran ({names}): inside strategy.run a variable made on the first call must be mirrored; make every layer and the optimizer's slots in strategy.scope() before the step (call the layer once, optimizer.build(...))",
+    "random": "the step is random: on one device, the same step from the same weights with another seed moved the weights differently (mismatch {m:.1e}), so no replica count can be compared with it; seed its random ops or turn them off for the check",
+    "batchnorm": "{on} BatchNormalization normalizes each replica's examples by their own mean and variance, not the global batch's: with synchronized=True the update matches one device; build it with BatchNormalization(synchronized=True) (or freeze it)",
+    "coupled": "{on} each replica's loss sees only its own examples, while on one device every example meets the whole batch (in-batch negatives, a contrastive or batch-wide term): the update matches the replicas' own batches trained apart; gather what the loss needs from every replica (ctx.all_gather(embeddings, axis=0)) before computing it",
     "per_replica": " (it ran on one): a per-replica value from strategy.run was used outside it, such as a metric updated outside the replicas; update metrics inside the replica step",
     "summed_twice": "{on} the penalty's and the data loss's parts of the update are both {f:.2f}x: the gradients are summed twice (all-reduced by hand, then by apply_gradients) or every replica adds the whole loss; each replica's loss must be its share",
     "extra_penalty": "{on} your step adds a penalty that the one-device step does not have",
@@ -246,9 +344,11 @@ HINTS = {
     "weights_n": "{on} the weights moved {f:.2f}x as far as on one device at the first step: every gradient is {n}x; each replica's loss must be its share",
     "loss_n": "{on} the weights match but the reported loss is {f:.2f}x one device's (its MEAN reading matches): each replica returns a whole loss (a per-replica mean, or the global loss), not its share, so their SUM is too big",
     "loss_1_n": "{on} the weights match but the reported loss is {f:.2f}x (1/{n}) one device's: the replicas' shares were averaged (ReduceOp.MEAN); add them with strategy.reduce(ReduceOp.SUM, ...)",
+    "fit_loss_1_n": "{on} the weights match but the loss fit reports is {f:.2f}x (1/{n}) one device's: your train_step feeds the loss metric what compute_loss returns, which Keras divides by the replica count; feed it loss * self.distribute_strategy.num_replicas_in_sync",
     "loss": "{on} the weights match but the reported loss is {got:.6g}, not {want:.6g}: the loss you return is not the loss you differentiate (does it leave out the sample weights or the penalty?)",
-    "metric_share": "{on} the metric reads {got}, not {want}, although the weights and the loss match: it is fed each replica's share of the loss (already divided by the global batch); feed it per-example values",
-    "metric": "{on} the metric reads {got}, not {want}, although the weights and the loss match: it does not count every replica's examples and sample weights as one device does; update it inside the replica step with that replica's labels, predictions and sample weights",
+    "metric_share": "{on} the metric {name} reads {got:.6g}, not {want:.6g} ({f:.2f}x), although the weights and the loss match: it is fed each replica's share of the loss (already divided by the global batch); feed it per-example values",
+    "metric": "{on} the metric {name} reads {got:.6g}, not {want:.6g}, although the weights and the loss match: it does not count every replica's examples and sample weights as one device does; update it inside the replica step with that replica's labels, predictions and sample weights",
+    "metric_missing": "{on} the metrics are {got}, not {want}: a metric missing or added on some replica count",
 }
 
 
@@ -359,24 +459,33 @@ class SameUpdate:
 class _Check:
     """What every run of one check shares; runs are cached by (step, replicas, probe, tag)."""
 
-    steps: dict[str, tuple[Binder, bool]]  # "port" / "base" -> (make_step, distributed)
+    steps: dict[
+        str, tuple[Optional[Binder], bool, Optional[dict]]
+    ]  # "port"/"base" -> (make_step, distributed, fit)
     options: dict[str, Any]
     data: list[np.ndarray]
     cache: dict[tuple, Run] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the check could not look at, said, not judged
+    calm: tuple[str, ...] = ()  # ("calm",) when the model has random layers: every run calms them
+    batchnorm: bool = False  # the model has a BatchNormalization layer that is not synchronized
 
-    def run(self, which: str, n: int, scale: Optional[float] = None, data: Any = None, tag: str = "") -> Run:
+    def run(
+        self, which: str, n: int, scale: Optional[float] = None, data: Any = None, tag: str = "", **extra: Any
+    ) -> Run:
         if which == "base" and self.steps["base"] is self.steps["port"]:
             which = "port"  # no reference: the baseline is the step itself on one replica
         key = (which, n, scale, tag)
         if key not in self.cache:
-            make_step, distributed = self.steps[which]
+            make_step, distributed, fit = self.steps[which]
             probe: dict[str, Any] = {} if scale is None else {"scale": scale, "lr_scale": PROBE_LR}
+            adjust = self.calm + (("float32", "freeze") if probe else ()) + tuple(extra.pop("adjust", ()))
             data = data or ([c[: self.options["batch"]] for c in self.data] if probe else self.data)
+            created: list[str] = []
+            options = {**self.options, "adjust": adjust, **probe, **extra}
             try:
                 strategy = checking_strategy(n)
                 self.cache[key] = run(
-                    strategy, make_step, data, distributed=distributed, **self.options, **probe
+                    strategy, make_step, data, distributed=distributed, fit=fit, created=created, **options
                 )
             except (ExerciseError, ConfigError):
                 raise
@@ -384,8 +493,12 @@ class _Check:
                 placeholder = not str(error) or str(error).startswith("Exercise")
                 if isinstance(error, NotImplementedError) and placeholder:
                     raise  # ... but an unfinished exercise's placeholder: its check says so
-                self.cache[key] = Run(n, error=describe_raised(error))
+                self.cache[key] = Run(n, error=describe_raised(error), created=tuple(created))
         return self.cache[key]
+
+
+def _on(n: int) -> str:
+    return f"on {n} replica{'s' * (n != 1)}"
 
 
 def _probe(check: _Check, n: int, clipping: str) -> str:
@@ -401,11 +514,10 @@ def _probe(check: _Check, n: int, clipping: str) -> str:
     got = {key: r.first_update for key, r in runs.items()}
     pen_n, pen_1 = got["port", 0], got["base", 0]
     dat_n, dat_1 = (got["port", SMALL] - pen_n) / SMALL, (got["base", SMALL] - pen_1) / SMALL
-    on = f"on {n} replica{'s' * (n != 1)}"
-    pen: dict[str, Any] = dict(on=on, n=n, f=factor(pen_n, pen_1), m=mismatch(pen_n, pen_1))
-    dat: dict[str, Any] = dict(on=on, n=n, f=factor(dat_n, dat_1), m=mismatch(dat_n, dat_1))
+    pen: dict[str, Any] = dict(on=_on(n), n=n, f=factor(pen_n, pen_1), m=mismatch(pen_n, pen_1))
+    dat: dict[str, Any] = dict(on=_on(n), n=n, f=factor(dat_n, dat_1), m=mismatch(dat_n, dat_1))
     big_n, big_1 = got["port", LARGE], got["base", LARGE]
-    big: dict[str, Any] = dict(on=on, f=factor(big_n, big_1), m=mismatch(big_n, big_1))
+    big: dict[str, Any] = dict(on=_on(n), f=factor(big_n, big_1), m=mismatch(big_n, big_1))
     pen_n_x, dat_n_x = n > 1 and _near(pen["f"], n), n > 1 and _near(dat["f"], n)
     if pen["m"] > PROBE_RTOL and dat["m"] > PROBE_RTOL and pen_n_x and dat_n_x:
         return HINTS["summed_twice"].format(**pen)
@@ -422,16 +534,52 @@ def _probe(check: _Check, n: int, clipping: str) -> str:
     return HINTS["clip_per_replica"].format(where=where, **big)
 
 
-def _loss_or_metric(n: int, c: Comparison, base: Run) -> str:
-    on = f"on {n} replica{'s' * (n != 1)}"
+def _batch_wide(check: _Check, n: int, base: Run, tol: float) -> str:
+    """What couples a replica's examples: BatchNormalization's statistics (the step on ``n`` replicas
+    with it synchronized matches one device), or a loss over the whole batch (one SGD step on ``n``
+    replicas is the sum of the replicas' own batches trained apart, and one device's update is no
+    mix of those)."""
+    if check.batchnorm:
+        synced = check.run("port", n, tag="sync", adjust=("sync",))
+        if not synced.error and _compare(n, synced, base, tol).weights_same:
+            return HINTS["batchnorm"].format(on=_on(n))
+    sgd: dict[str, Any] = dict(scale=BOOST, make_optimizer=None)  # a penalty 2^-10 as large as before
+    g, parts = check.options["batch"], []
+    first = [c[:g] for c in check.data]
+    for k in range(n):  # one device on each replica's examples alone, from the same weights
+        share = [c[k * g // n : (k + 1) * g // n] for c in first]
+        parts.append(check.run("base", 1, data=share, tag=f"part {k}/{n}", batch=g // n, **sgd))
+    whole = check.run("base", 1, data=first, tag="whole", **sgd)
+    port = check.run("port", n, data=first, tag="whole", **sgd)
+    if any(r.error for r in parts + [whole, port]):
+        return ""
+    # one device's update is no mix of the parts' (a normalizer of its own only rescales each part) ...
+    stacked = np.stack([r.first_update for r in parts], axis=1)
+    mixed = stacked @ np.linalg.lstsq(stacked, whole.first_update, rcond=None)[0]
+    apart = stacked.sum(axis=1)  # ... while the replicas' update is the parts' sum
+    alone = factor(port.first_update, apart) * apart
+    coupled = (
+        mismatch(mixed, whole.first_update) > PROBE_RTOL and mismatch(port.first_update, alone) <= PROBE_RTOL
+    )
+    return HINTS["coupled"].format(on=_on(n)) if coupled else ""
+
+
+def _loss_or_metric(n: int, c: Comparison, base: Run, tol: float, fit: bool) -> str:
     if not c.loss_same:
         f = c.run.loss / base.loss if c.run.loss is not None and base.loss else float("nan")
         key = "loss_n" if n > 1 and _near(f, n) else "loss_1_n" if n > 1 and _near(f, 1 / n) else "loss"
-        return HINTS[key].format(on=on, n=n, f=f, got=c.run.loss, want=base.loss)
-    pairs = [(a, b) for a, b in zip(c.run.metrics, base.metrics) if b]
-    share = n > 1 and pairs and all(_near(a, b / n) for a, b in pairs)
-    got, want = (", ".join(f"{m:.6g}" for m in r.metrics) for r in (c.run, base))
-    return HINTS["metric_share" if share else "metric"].format(on=on, got=got, want=want)
+        key = "fit_loss_1_n" if fit and key == "loss_1_n" else key
+        return HINTS[key].format(on=_on(n), n=n, f=f, got=c.run.loss, want=base.loss)
+    if len(c.run.metrics) != len(base.metrics):
+        listed = [", ".join(r.metric_names) or "none" for r in (c.run, base)]
+        return HINTS["metric_missing"].format(on=_on(n), got=listed[0], want=listed[1])
+    names = base.metric_names or tuple(f"#{i + 1}" for i in range(len(base.metrics)))
+    for name, value, expected in zip(names, c.run.metrics, base.metrics):
+        if _rel(value, expected) > tol:  # each metric judged and named on its own
+            f = value / expected if expected else float("nan")
+            key = "metric_share" if n > 1 and _near(f, 1 / n) else "metric"
+            return HINTS[key].format(on=_on(n), name=name, got=value, want=expected, f=f)
+    return ""
 
 
 def _diagnose(check: _Check, result: SameUpdate, probe: int, clipping: str, weighted: bool) -> str:
@@ -451,8 +599,19 @@ def _diagnose(check: _Check, result: SameUpdate, probe: int, clipping: str, weig
             return HINTS["weights_ignored"]
     for n, c in comparisons:
         if c.run.error:
-            why = HINTS["raised"].format(on=f"on {n} replica{'s' * (n != 1)}", error=c.run.error)
-            return why + HINTS["per_replica"] * ("PerReplica" in c.run.error)
+            if c.run.created:
+                names = ", ".join(c.run.created[:3]) + ", ..." * (len(c.run.created) > 3)
+                return HINTS["lazy"].format(on=_on(n), error=c.run.error, names=names)
+            return HINTS["raised"].format(on=_on(n), error=c.run.error) + HINTS["per_replica"] * (
+                "PerReplica" in c.run.error
+            )
+    reseeded = check.run("base", 1, tag="seed", seed=SEED + 1)
+    if not reseeded.error and mismatch(reseeded.update, base.update) > NOISE_FLOOR:
+        return HINTS["random"].format(m=mismatch(reseeded.update, base.update))
+    for n in sorted({n for n, c in comparisons if not c.weights_same and n > 1}):
+        found = _batch_wide(check, n, base, result.tolerance)
+        if found:
+            return found
     for n in sorted({probe} | {n for n, c in comparisons if not c.weights_same}):
         found = _probe(check, n, clipping)
         if found:
@@ -461,8 +620,11 @@ def _diagnose(check: _Check, result: SameUpdate, probe: int, clipping: str, weig
         if not c.weights_same:
             f = factor(c.run.first_update, base.first_update)
             key = "weights_n" if n > 1 and _near(f, n, 0.005) else "weights"
-            return HINTS[key].format(on=f"on {n} replica{'s' * (n != 1)}", n=n, f=f, m=c.weight_mismatch)
-    return next((_loss_or_metric(n, c, base) for n, c in comparisons if not c.same), "")
+            return HINTS[key].format(on=_on(n), n=n, f=f, m=c.weight_mismatch)
+    fit = check.steps["port"][2] is not None
+    return next(
+        (_loss_or_metric(n, c, base, result.tolerance, fit) for n, c in comparisons if not c.same), ""
+    )
 
 
 def _clipping(make_optimizer: Optional[Callable[[], Any]]) -> str:
@@ -473,7 +635,7 @@ def _clipping(make_optimizer: Optional[Callable[[], Any]]) -> str:
 
 
 def same_update(
-    make_train_step: Callable[..., Any],
+    make_train_step: Optional[Callable[..., Any]],
     features: Any,
     labels: Any,
     sample_weight: Any = None,
@@ -486,8 +648,11 @@ def same_update(
     replicas: Sequence[int] = (1, 2, 4),
     distributed: bool = False,
     reference: Optional[Callable[..., Any]] = None,
+    fit: Optional[dict[str, Any]] = None,
 ) -> SameUpdate:
-    """Run ``make_train_step`` for ``steps`` steps on each replica count and compare with one device.
+    """Run ``make_train_step`` for ``steps`` steps on each replica count and compare with one device;
+    with ``make_train_step=None`` and ``fit`` (``model.compile``'s arguments but the optimizer),
+    what ``model.fit`` does.
 
     ``docs/capstone.md`` gives the contract. Returns a :class:`SameUpdate`; it never raises for a
     wrong step (see ``.hint``), only for a call it cannot run (:class:`ConfigError`)."""
@@ -500,21 +665,40 @@ def same_update(
             f"same_update needs replica counts >= 1, steps x global batch <= {len(labels)} examples and a "
             f"global batch that every replica count {counts} divides; got {steps} steps of {g}."
         )
+    if (make_train_step is None) == (fit is None):
+        raise ConfigError("same_update takes a step factory, or make_train_step=None and fit=dict(loss=...).")
     weights = [] if sample_weight is None else [np.asarray(sample_weight, np.float32)]
     data = [np.asarray(c)[: g * steps] for c in [features, labels, *weights]]
     keras.utils.set_random_seed(SEED)
-    start = [np.array(w) for w in _built(make_model(), data[0]).get_weights()]
+    model = _built(make_model(), data[0])
+    start = [np.array(w) for w in model.get_weights()]
+    random = [layer.name for layer in _layers(model) if hasattr(layer, "seed_generator")]
+    low = sorted({layer.compute_dtype for layer in _layers(model)} & set(UNIT))
     options = dict(batch=g, make_model=make_model, weights=start, make_optimizer=make_optimizer, seed=SEED)
-    port = (_binder(make_train_step, distributed, g), distributed)
-    base = (_binder(reference, False, g), False) if reference else port
+    port = (_binder(make_train_step, distributed, g) if make_train_step else None, distributed, fit)
+    base = (_binder(reference, False, g), False, None) if reference else port
     check = _Check({"port": port, "base": base}, dict(options, make_metric=make_metric), data)
+    check.batchnorm = any(getattr(layer, "synchronized", True) is False for layer in _layers(model))
+    if random:
+        check.calm = ("calm",)
+        check.notes.append(
+            f"random layers ({', '.join(random[:3])}) ran with rate 0 in every run: each replica draws "
+            "its own examples' masks, which cannot equal one device's, so the rest of the step was compared"
+        )
     runs = {n: check.run("port", n) for n in counts}
     baseline = check.run("base", 1)
     order = np.concatenate([i * g + np.random.default_rng(SEED).permutation(g) for i in range(steps)])
     shuffled = check.run("base", 1, data=[c[order] for c in data], tag="noise")
     pairs = zip(shuffled.losses + shuffled.metrics, baseline.losses + baseline.metrics)
     noise = max([mismatch(shuffled.update, baseline.update)] + [_rel(a, b) for a, b in pairs])
-    tolerance = max(NOISE_FACTOR * (0.0 if baseline.error or shuffled.error else noise), NOISE_FLOOR)
+    rounding = max([ROUNDING * UNIT[d] for d in low], default=0.0)
+    tolerance = max(
+        NOISE_FACTOR * (0.0 if baseline.error or shuffled.error else noise), NOISE_FLOOR, rounding
+    )
+    if rounding:
+        check.notes.append(
+            f"the model computes in {', '.join(low)}: the tolerance is at least {ROUNDING:g} units of its rounding"
+        )
     compared = {n: r for n, r in runs.items() if reference or n != 1}
     comparisons = (
         {} if baseline.error else {n: _compare(n, r, baseline, tolerance) for n, r in compared.items()}

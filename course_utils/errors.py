@@ -85,11 +85,16 @@ def describe_raised(error: BaseException) -> str:
 
     An error raised inside ``tf.function`` carries TensorFlow's report ("in user code:", the
     frames, then the real error on its last line): the real error and the notebook's line are
-    quoted from that report, not its first line.
+    quoted from that report, not its first line. A "Graph execution error" is named by its first
+    root cause (``INVALID_ARGUMENT: ...``) and the node it names.
     """
     text = str(error).strip()
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     name, message, code = type(error).__name__, lines[0] if lines else "", ""
+    root = next((m for m in map(_STATUS.search, lines) if m), None)
+    if root and message.startswith("Graph execution error"):
+        node = re.search(r"\[\[\{\{node ([^}]+)\}\}\]\]", text)
+        message = _OP_SUFFIX.sub("", root.group(2)).strip() + (f" (node {node.group(1)})" if node else "")
     if lines and lines[0].startswith("in user code"):
         last = lines[-1]
         head, sep, rest = last.partition(": ")

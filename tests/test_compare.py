@@ -400,11 +400,23 @@ def test_right_step_passes_on_1_2_and_4_replicas_across_5_seeds() -> None:
         + source
         + textwrap.dedent(
             """
-        for seed in range(5):  # without and with an L2 penalty, in turn
+        import keras
+        def dropout_mixed(seed):  # Dropout and float16 layers, float32 outputs (the mixed-precision guide)
+            def make_model():
+                init = keras.initializers.GlorotUniform(seed=seed)
+                return keras.Sequential([keras.Input((FEATURES,)),
+                    keras.layers.Dense(16, "relu", kernel_initializer=init, dtype="mixed_float16"),
+                    keras.layers.Dropout(0.5), keras.layers.Dense(CLASSES, kernel_initializer=init, dtype="mixed_float16"),
+                    keras.layers.Activation("linear", dtype="float32")])
+            return make_model
+        for seed in range(5):  # without and with an L2 penalty, in turn; then with Dropout in float16
             l2 = (0.0, 1e-5)[seed % 2]
             r = compare.same_update(step(), *data(seed), make_model=model_with(l2, seed),
                                     make_metric=accuracy, replicas=(1, 2, 4))
             print("seed", seed, "l2", l2, "ok", r.ok, r.hint)
+            r = compare.same_update(step(), *data(seed), make_model=dropout_mixed(seed),
+                                    make_metric=accuracy, replicas=(1, 2, 4))
+            print("seed", seed, "dropout float16", "ok", r.ok, r.hint, max(c.weight_mismatch for c in r.comparisons.values()))
         wrong = compare.same_update(step(penalty="every replica"), *data(0), make_model=model_with(1e-6),
                                     make_metric=accuracy, replicas=(1, 2, 4))
         print("wrong", wrong.hint)
@@ -412,5 +424,5 @@ def test_right_step_passes_on_1_2_and_4_replicas_across_5_seeds() -> None:
         )
     )
     result = run_python(code, timeout=900)
-    assert result.stdout.count("ok True") == 5, result.stdout + result.stderr[-2000:]
+    assert result.stdout.count("ok True") == 10, result.stdout + result.stderr[-2000:]
     assert "wrong on 2 replicas the penalty is added on every replica" in result.stdout
