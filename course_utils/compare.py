@@ -608,10 +608,10 @@ def _diagnose(check: _Check, result: SameUpdate, probe: int, clipping: str, weig
     reseeded = check.run("base", 1, tag="seed", seed=SEED + 1)
     if not reseeded.error and mismatch(reseeded.update, base.update) > NOISE_FLOOR:
         return HINTS["random"].format(m=mismatch(reseeded.update, base.update))
-    for n in sorted({n for n, c in comparisons if not c.weights_same and n > 1}):
-        found = _batch_wide(check, n, base, result.tolerance)
-        if found:
-            return found
+    differ = [n for n, c in comparisons if not c.weights_same and n > 1]
+    found = _batch_wide(check, differ[0], base, result.tolerance) if differ else ""  # the fewest replicas
+    if found:
+        return found
     for n in sorted({probe} | {n for n, c in comparisons if not c.weights_same}):
         found = _probe(check, n, clipping)
         if found:
