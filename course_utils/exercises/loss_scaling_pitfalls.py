@@ -18,7 +18,6 @@ import numpy as np
 
 from ..checks import exercise, expect, passed
 from ..compare import checking_strategy, distribute
-from ..errors import ExerciseError, describe_raised
 from ..lessons.diagnostics import MISMATCH_TOLERANCE, UpdateFactor, update_factor
 
 REPLICAS = 2
@@ -450,53 +449,28 @@ def dropout_batch() -> np.ndarray:
     return (np.arange(GLOBAL_BATCH * DROP_WIDTH, dtype="float32").reshape(GLOBAL_BATCH, DROP_WIDTH) + 1) / 8
 
 
-def _dropout_steps(
-    strategy: Any, replica_dropout: Callable[[Any, float, Any], Any]
-) -> Callable[[int], list[np.ndarray]]:
-    """``replica_dropout`` on each replica's rows of :func:`dropout_batch`, in ONE ``tf.function``
-    for every step, as in training: the step arrives as an int64 tensor (such as
-    ``optimizer.iterations``), so a mask fixed when the function is traced repeats at every step.
-    Returns ``at(step)``: each replica's output at that step."""
-    import tensorflow as tf
-
-    inputs = next(iter(distribute(strategy, [dropout_batch()])))
-    run = tf.function(
-        lambda step, *args: strategy.run(lambda *a: replica_dropout(*a, DROP_RATE, step), args=args)
-    )
-
-    def at(step: int) -> list[np.ndarray]:
-        values = tf.nest.flatten(run(tf.constant(step, tf.int64), *inputs))
-        return [np.asarray(v) for v in strategy.experimental_local_results(values[0])]
-
-    return at
-
-
 def check_replica_dropout(replica_dropout: Callable[[Any, float, Any], Any]) -> None:
-    """``replica_dropout(x, rate, step)`` on each replica: dropout whose mask for an example of the
-    global batch depends only on the step and the example, not on the replicas: 2 replicas give one
-    device's output, again when run again, and another mask at another step. Every step runs in
-    one traced function with ``step`` an int64 tensor, as a training loop runs it."""
+    """``replica_dropout(x, rate, step)`` at steps 0, 0 and 1 of one traced function (``step`` an int64
+    tensor, as in training): 2 replicas give one device's output, the same again, another mask at 1."""
     x = dropout_batch()
-    scaled = x / (1 - DROP_RATE)
+
+    def outputs(strategy: Any) -> list[list[np.ndarray]]:  # each replica's output at steps 0, 0 and 1
+        import tensorflow as tf
+
+        (rows,) = next(iter(distribute(strategy, [x])))
+        run = tf.function(lambda s, r: strategy.run(lambda r: replica_dropout(r, DROP_RATE, s), args=(r,)))
+        local = strategy.experimental_local_results
+        return [[np.asarray(v) for v in local(run(tf.constant(s, tf.int64), rows))] for s in (0, 0, 1)]
 
     with exercise("replica_dropout"):
-        one_device = _dropout_steps(checking_strategy(1), replica_dropout)
-        try:
-            one = one_device(0)[0]
-        except TypeError as error:
-            raise ExerciseError(
-                f"With step an int64 tensor your code raised {describe_raised(error)}. "
-                "In training the step is a tensor (optimizer.iterations, or a counter variable) and one "
-                "traced function serves every step: use it as a tensor in the seed, seed=[1, step], "
-                "never as a Python number (int(step) would fix the mask when the function is traced)."
-            ) from None
+        one, again, one_1 = (replicas[0] for replicas in outputs(checking_strategy(1)))
         expect(
             one.shape == x.shape,
             f"Return an array of the shape of x, {x.shape[1:]} per example, not {one.shape[1:]}.",
         )
         kept = one != 0
         expect(
-            np.allclose(one[kept], scaled[kept], rtol=1e-5),
+            np.allclose(one[kept], x[kept] / (1 - DROP_RATE), rtol=1e-5),
             f"The kept activations must be divided by 1 - rate (x {1 / (1 - DROP_RATE):g} here), so that "
             "the expected output equals x, as keras.layers.Dropout does.",
         )
@@ -505,28 +479,23 @@ def check_replica_dropout(replica_dropout: Callable[[Any, float, Any], Any]) -> 
             f"With rate={DROP_RATE} about half of the activations are dropped; yours keeps {kept.mean():.0%}.",
         )
         expect(
-            np.array_equal(one_device(0)[0], one),
+            np.array_equal(again, one),
             "On one device, step 0 run twice gave two different masks: the run is not reproducible. "
             "Draw the mask with a stateless op, tf.random.stateless_uniform(shape, seed=[..., step]).",
         )
-        one_at_1 = one_device(1)[0]
         expect(
-            not np.array_equal(one_at_1 != 0, kept),
-            "Steps 0 and 1 drew the same mask in one traced function: put the step into the seed, "
-            "as a tensor, so that each step draws a new mask when it runs.",
+            not np.array_equal(one_1 != 0, kept),
+            "Steps 0 and 1 drew the same mask in one traced function: put the step into the seed.",
         )
-        two_replicas_at = _dropout_steps(two_replicas(), replica_dropout)
-        two = two_replicas_at(0)
-        masks = [m != 0 for m in two]
+        two, _, two_1 = outputs(two_replicas())
         expect(
-            not np.array_equal(masks[0], masks[1]),
+            not np.array_equal(two[0] != 0, two[1] != 0),
             "On 2 replicas both replicas drew the same mask for their 4 examples (as "
             "keras.layers.Dropout does under a strategy), so examples 0 and 4 are dropped alike: "
             "make each replica's mask depend on which examples of the global batch it holds.",
         )
         expect(
-            np.array_equal(np.concatenate(two), one)
-            and np.array_equal(np.concatenate(two_replicas_at(1)), one_at_1),
+            np.array_equal(np.concatenate(two), one) and np.array_equal(np.concatenate(two_1), one_1),
             "On 2 replicas the replicas' masks differ but are not one device's: they depend on the "
             "replica count (a seed with the replica id?). Draw the mask of the whole global batch "
             "(local rows x num_replicas_in_sync) with the same seed on every replica and keep this "
@@ -534,6 +503,5 @@ def check_replica_dropout(replica_dropout: Callable[[Any, float, Any], Any]) -> 
         )
     passed(
         "replica_dropout",
-        "2 replicas drop what one device drops, example by example, at steps 0 and 1 of one traced "
-        "function; the same again; another mask at another step.",
+        "2 replicas drop what one device drops, example by example, at steps 0 and 1 of one traced function.",
     )
