@@ -239,4 +239,16 @@ def test_replica_dropout(tf, capsys) -> None:
         return right(x, rate, 0)
 
     fails_with(ex.check_replica_dropout, no_step, "put the step into the seed")
+
+    def op_seed(x, rate, step):  # the step as a stateful op's seed: passed when each step was a new trace
+        context = tf.distribute.get_replica_context()
+        rows = tf.shape(x)[0]
+        shape = tf.concat([[rows * context.num_replicas_in_sync], tf.shape(x)[1:]], axis=0)
+        keep = tf.random.uniform(shape, seed=step) >= rate
+        first = context.replica_id_in_sync_group * rows
+        return tf.where(keep[first : first + rows], x / (1 - rate), tf.zeros_like(x))
+
+    # In one traced function, where training runs every step, the step is a tensor: the op refuses it.
+    fails_with(ex.check_replica_dropout, op_seed, "your code raised TypeError", "tf.Tensor")
+
     fails_with(ex.check_replica_dropout, blank, "not done yet")

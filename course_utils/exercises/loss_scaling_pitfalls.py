@@ -449,26 +449,28 @@ def dropout_batch() -> np.ndarray:
     return (np.arange(GLOBAL_BATCH * DROP_WIDTH, dtype="float32").reshape(GLOBAL_BATCH, DROP_WIDTH) + 1) / 8
 
 
-def check_replica_dropout(replica_dropout: Callable[[Any, float, int], Any]) -> None:
-    """``replica_dropout(x, rate, step)`` on each replica: dropout whose mask for an example of the
-    global batch depends only on the step and the example, not on the replicas: 2 replicas give one
-    device's output, again when run again, and another mask at another step."""
+def check_replica_dropout(replica_dropout: Callable[[Any, float, Any], Any]) -> None:
+    """``replica_dropout(x, rate, step)`` at steps 0, 0 and 1 of one traced function (``step`` an int64
+    tensor, as in training): 2 replicas give one device's output, the same again, another mask at 1."""
     x = dropout_batch()
-    scaled = x / (1 - DROP_RATE)
 
-    def outputs(strategy: Any, step: int) -> list[np.ndarray]:
-        results = _on_replicas(strategy, lambda x: replica_dropout(x, DROP_RATE, step), [x])
-        return [r[0] for r in results]
+    def outputs(strategy: Any) -> list[list[np.ndarray]]:  # each replica's output at steps 0, 0 and 1
+        import tensorflow as tf
+
+        (rows,) = next(iter(distribute(strategy, [x])))
+        run = tf.function(lambda s, r: strategy.run(lambda r: replica_dropout(r, DROP_RATE, s), args=(r,)))
+        local = strategy.experimental_local_results
+        return [[np.asarray(v) for v in local(run(tf.constant(s, tf.int64), rows))] for s in (0, 0, 1)]
 
     with exercise("replica_dropout"):
-        one = outputs(checking_strategy(1), 0)[0]
+        one, again, one_1 = (replicas[0] for replicas in outputs(checking_strategy(1)))
         expect(
             one.shape == x.shape,
             f"Return an array of the shape of x, {x.shape[1:]} per example, not {one.shape[1:]}.",
         )
         kept = one != 0
         expect(
-            np.allclose(one[kept], scaled[kept], rtol=1e-5),
+            np.allclose(one[kept], x[kept] / (1 - DROP_RATE), rtol=1e-5),
             f"The kept activations must be divided by 1 - rate (x {1 / (1 - DROP_RATE):g} here), so that "
             "the expected output equals x, as keras.layers.Dropout does.",
         )
@@ -476,26 +478,24 @@ def check_replica_dropout(replica_dropout: Callable[[Any, float, int], Any]) -> 
             0.2 < kept.mean() < 0.8,
             f"With rate={DROP_RATE} about half of the activations are dropped; yours keeps {kept.mean():.0%}.",
         )
-        again = outputs(checking_strategy(1), 0)[0]
         expect(
             np.array_equal(again, one),
             "On one device, step 0 run twice gave two different masks: the run is not reproducible. "
             "Draw the mask with a stateless op, tf.random.stateless_uniform(shape, seed=[..., step]).",
         )
         expect(
-            not np.array_equal(outputs(checking_strategy(1), 1)[0] != 0, kept),
-            "Steps 0 and 1 drew the same mask: put the step into the seed.",
+            not np.array_equal(one_1 != 0, kept),
+            "Steps 0 and 1 drew the same mask in one traced function: put the step into the seed.",
         )
-        two = outputs(two_replicas(), 0)
-        masks = [m != 0 for m in two]
+        two, _, two_1 = outputs(two_replicas())
         expect(
-            not np.array_equal(masks[0], masks[1]),
+            not np.array_equal(two[0] != 0, two[1] != 0),
             "On 2 replicas both replicas drew the same mask for their 4 examples (as "
             "keras.layers.Dropout does under a strategy), so examples 0 and 4 are dropped alike: "
             "make each replica's mask depend on which examples of the global batch it holds.",
         )
         expect(
-            np.array_equal(np.concatenate(two), one),
+            np.array_equal(np.concatenate(two), one) and np.array_equal(np.concatenate(two_1), one_1),
             "On 2 replicas the replicas' masks differ but are not one device's: they depend on the "
             "replica count (a seed with the replica id?). Draw the mask of the whole global batch "
             "(local rows x num_replicas_in_sync) with the same seed on every replica and keep this "
@@ -503,5 +503,5 @@ def check_replica_dropout(replica_dropout: Callable[[Any, float, int], Any]) -> 
         )
     passed(
         "replica_dropout",
-        "2 replicas drop what one device drops, example by example; the same again; another mask at another step.",
+        "2 replicas drop what one device drops, example by example, at steps 0 and 1 of one traced function.",
     )
