@@ -81,3 +81,49 @@ def test_per_replica_batch_never_refuses() -> None:
         ex.check_per_replica_batch, lambda g, n: g // n, "per_replica_batch(100, 3) should raise ValueError"
     )
     fails_with(ex.check_per_replica_batch, blank, "not done yet")
+
+
+# --------------------------------------------------------------------------- global_mean
+
+
+def _reduced(op: str, per_replica: str):
+    """A ``global_mean`` that has each replica return ``per_replica`` and reduces with ``op``."""
+    import tensorflow as tf
+
+    def global_mean(strategy, dataset):
+        batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
+
+        def replica(values):
+            count = tf.cast(tf.size(values), tf.float32)
+            return {
+                "mean": tf.reduce_mean(values),
+                "sum": tf.reduce_sum(values),
+                "both": (tf.reduce_sum(values), count),
+            }[per_replica]
+
+        out = strategy.run(replica, args=(batch,))
+        reduce_op = getattr(tf.distribute.ReduceOp, op)
+        if per_replica == "both":
+            total, count = (strategy.reduce(reduce_op, part, axis=None) for part in out)
+            return float(total / count)
+        return float(strategy.reduce(reduce_op, out, axis=None))
+
+    return global_mean
+
+
+def test_global_mean_right(capsys) -> None:
+    ex.check_global_mean(_reduced("SUM", "both"))
+    ex.check_global_mean(_reduced("MEAN", "both"))  # a MEAN of sums over a MEAN of counts: the same ratio
+    assert "[pass] global_mean" in capsys.readouterr().out
+
+
+def test_global_mean_the_wrong_answers_real_code_contains() -> None:
+    import numpy as np
+
+    fails_with(ex.check_global_mean, _reduced("MEAN", "mean"), "MEAN of the replicas' means", "4.25")
+    fails_with(ex.check_global_mean, _reduced("SUM", "sum"), "is their sum")
+    fails_with(ex.check_global_mean, _reduced("MEAN", "sum"), "by the number of replicas")
+    # no replica computes anything: the right number, but not from the replicas
+    fails_with(ex.check_global_mean, lambda s, d: float(np.mean(list(d)[0])), "never called strategy.run")
+    fails_with(ex.check_global_mean, lambda s, d: [4.0], "Return one number")
+    fails_with(ex.check_global_mean, blank, "not done yet")

@@ -48,7 +48,7 @@ SANDBOX, SANDBOX_WHY = sandbox.available()
 
 
 #: Points of the test course's exercises: the master's defaults, but per_replica_batch weighs 2 here.
-POINTS = {"uneven_mean": 1, "per_replica_batch": 2}
+POINTS = {"uneven_mean": 1, "global_mean": 1, "per_replica_batch": 2}
 
 
 def make_course(dest: Path) -> Path:
@@ -183,7 +183,9 @@ def test_metadata_is_the_fallback_and_nothing_found_is_missing(the_course) -> No
     assert "my_uneven_mean" in answers["uneven_mean"].source
     assert answers["per_replica_batch"].source is None
     graded = extract.build(nb00, answers, whole=True)
-    placeholder = graded.notebook.cells[nb00.exercises[1].solution_cell].source
+    placeholder = graded.notebook.cells[
+        next(e for e in nb00.exercises if e.id == "per_replica_batch").solution_cell
+    ].source
     assert "NotImplementedError" in placeholder
 
 
@@ -312,12 +314,18 @@ def _stdout(text):
 
 
 def _statuses(decided):
-    return [e.status for e in decided.exercises]
+    """The statuses of uneven_mean and per_replica_batch (the two exercises these tests play with)."""
+    return [e.status for e in decided.exercises if e.id != "global_mean"]
+
+
+def _two(graded):
+    """uneven_mean and per_replica_batch of the graded notebook."""
+    return tuple(next(e for e in graded.exercises if e.id == i) for i in ("uneven_mean", "per_replica_batch"))
 
 
 def test_statuses_passed_failed_error_timeout(the_course) -> None:
     graded = _graded(the_course)
-    (a, b) = graded.exercises
+    (a, b) = _two(graded)
     cells = {
         a.solution: _cell("ok"),
         a.check: _cell("ok", outputs=_stdout("[pass] uneven_mean: what the kernel printed.\n")),
@@ -327,7 +335,7 @@ def test_statuses_passed_failed_error_timeout(the_course) -> None:
     judged = {"uneven_mean": ("failed", "Exercise uneven_mean: On 2 replicas ...")}
     decided = verdict.of_run(graded, _run(cells, started=True, done=True, judged=judged), runner.RunOptions())
     assert decided.status == "graded"
-    assert [(e.status, e.message[:34]) for e in decided.exercises] == [
+    assert [(e.status, e.message[:34]) for e in decided.exercises if e.id != "global_mean"] == [
         ("failed", "Exercise uneven_mean: On 2 replica"),
         ("error", "Exercise per_replica_batch: the gr"),
     ]
@@ -339,12 +347,12 @@ def test_statuses_passed_failed_error_timeout(the_course) -> None:
     assert decided.exercises[0].message == "fine."
     cells[b.check] = _cell("ok")
     decided = verdict.of_run(graded, _run(cells, started=True, done=True, judged=judged), runner.RunOptions())
-    assert decided.exercises[1].status == "error" and "SyntaxError" in decided.exercises[1].message
+    assert decided.exercises[2].status == "error" and "SyntaxError" in decided.exercises[2].message
 
 
 def test_statuses_when_the_run_breaks(the_course) -> None:
     graded = _graded(the_course)
-    (a, b) = graded.exercises
+    (a, b) = _two(graded)
     ok = _cell("ok", outputs=_stdout("[pass] uneven_mean: fine.\n"))
     judged = {"uneven_mean": ("passed", "fine.")}
     options = runner.RunOptions()
@@ -559,7 +567,7 @@ def test_what_the_audit_noted_is_for_the_graders_eyes(graded_class) -> None:
 def test_markdown_csv_and_feedback(graded_class) -> None:
     md = (graded_class.out / "report.md").read_text()
     assert f"## {NB}" in md
-    assert "| `uneven_mean` | `per_replica_batch` |" in md
+    assert "| `uneven_mean` | `global_mean` | `per_replica_batch` |" in md
     row = next(line for line in md.splitlines() if line.startswith("| pitfall |"))
     assert "❌ failed: 4 is one device's answer" in row and "✅ passed" in row
     with open(graded_class.out / "report.csv", newline="") as handle:
@@ -595,7 +603,7 @@ def test_a_vandal_cannot_touch_anything_outside_its_run(graded_class) -> None:
     graded = nbformat.read(graded_class.out / "graded" / "vandal" / f"{NB}.ipynb", as_version=4)
     text = "".join(str(cell.get("outputs")) for cell in graded.cells if cell.cell_type == "code")
     assert "notebooks deleted: 1" in text
-    assert graded_class.results["vandal"]["passed"] == 2
+    assert graded_class.results["vandal"]["passed"] == 3
 
 
 # --------------------------------------------------------------------------- points and totals
@@ -603,7 +611,7 @@ def test_a_vandal_cannot_touch_anything_outside_its_run(graded_class) -> None:
 
 def test_points_come_from_the_masters_metadata(the_course) -> None:
     nb00 = the_course.notebooks[NB]
-    assert nb00.points() == POINTS and nb00.max_points() == 3
+    assert nb00.points() == POINTS and nb00.max_points() == 4
     real = course.load_notebook(ROOT / "solutions" / f"{NB}.ipynb")
     assert set(real.points().values()) == {1}  # the course's own masters keep the default weight
 
@@ -620,22 +628,25 @@ def test_csv_gradebook_and_markdown_give_points_and_totals(graded_class) -> None
         status = expected[row["student"]][1][row["exercise"]]
         assert row["points"] == str(POINTS[row["exercise"]] if status == "passed" else 0)
         assert row["max_points"] == str(POINTS[row["exercise"]])
-        assert (row["notebook_points"], row["notebook_max_points"]) == (str(earned[row["student"]]), "3")
+        assert (row["notebook_points"], row["notebook_max_points"]) == (str(earned[row["student"]]), "4")
     with open(graded_class.out / "gradebook.csv", newline="") as handle:
         book = list(csv.reader(handle))
     assert book[0] == ["student", NB, "total"]
     assert sorted(book[1:]) == sorted([s, str(n), str(n)] for s, n in earned.items())
     data = json.loads((graded_class.out / "report.json").read_text())
-    assert data["notebooks"] == {NB: {"exercises": POINTS, "max_points": 3}}
+    assert data["notebooks"] == {NB: {"exercises": POINTS, "max_points": 4}}
     assert {s["student"]: (s["points"], s["max_points"], s["notebooks"]) for s in data["students"]} == {
-        s: (n, 3, {NB: n}) for s, n in earned.items()
+        s: (n, 4, {NB: n}) for s, n in earned.items()
     }
     md = (graded_class.out / "report.md").read_text()
-    assert "Points: `uneven_mean` 1, `per_replica_batch` 2; 3 in all." in md
-    assert "| student | status | points | passed | `uneven_mean` | `per_replica_batch` | time |" in md
-    assert "## Totals" in md and "| honest | 3 | 3/3 |" in md and "| pitfall | 2 | 2/3 |" in md
+    assert "Points: `uneven_mean` 1, `global_mean` 1, `per_replica_batch` 2; 4 in all." in md
+    header = (
+        "| student | status | points | passed | `uneven_mean` | `global_mean` | `per_replica_batch` | time |"
+    )
+    assert header in md
+    assert "## Totals" in md and "| honest | 4 | 4/4 |" in md and "| pitfall | 3 | 3/4 |" in md
     feedback = (graded_class.out / "feedback" / "pitfall.md").read_text()
-    assert "1 of 2 exercises passed, 2 of 3 points" in feedback and "`uneven_mean`: failed (0/1)" in feedback
+    assert "2 of 3 exercises passed, 3 of 4 points" in feedback and "`uneven_mean`: failed (0/1)" in feedback
 
 
 def test_report_says_what_the_verdict_does_with_errors_inside_a_check(graded_class) -> None:
@@ -647,7 +658,7 @@ def test_report_says_what_the_verdict_does_with_errors_inside_a_check(graded_cla
     assert "the status is `failed`" in docs
     graded = _graded(course.load_course(graded_class.course))
     graded.judged = {}  # as for an exercise still checked in the kernel (tests/test_judge.py: judged)
-    (a, _) = graded.exercises
+    (a, _) = _two(graded)
     run = _run(
         {
             a.solution: _cell("ok"),
@@ -880,7 +891,7 @@ def autograder(tmp_path_factory, graded_class):
         "wrong": make_class.pitfall(master),
         "crash": make_class.crash(master),
         # One of the hostile class: the checks rebound, the kernel's side of the judge replaced.
-        "hostile": make_class.with_answers(master, make_class.HOSTILE_ANSWERS["rebinder"]),
+        "hostile": make_class.hostile(master, make_class.HOSTILE_ANSWERS["rebinder"]),
     }
 
     def run(name: str, nb=None, **env: str) -> tuple[dict, subprocess.CompletedProcess]:
@@ -933,11 +944,36 @@ def test_autograder_zip_has_what_gradescope_runs(autograder) -> None:
 @pytest.mark.parametrize(
     "student, score, statuses, hint",
     [
-        ("honest", 3, {"uneven_mean": "passed", "per_replica_batch": "passed"}, "MEAN of the replica means"),
-        ("blank", 0, {"uneven_mean": "failed", "per_replica_batch": "failed"}, "not done yet"),
-        ("wrong", 2, {"uneven_mean": "failed", "per_replica_batch": "passed"}, "one device's answer"),
-        ("crash", 0, {"uneven_mean": "failed", "per_replica_batch": "failed"}, "kernel died"),
-        ("hostile", 0, {"uneven_mean": "failed", "per_replica_batch": "failed"}, "never answered the grader"),
+        (
+            "honest",
+            4,
+            dict(uneven_mean="passed", global_mean="passed", per_replica_batch="passed"),
+            "MEAN of the replica means",
+        ),
+        (
+            "blank",
+            0,
+            dict(uneven_mean="failed", global_mean="failed", per_replica_batch="failed"),
+            "not done yet",
+        ),
+        (
+            "wrong",
+            3,
+            dict(uneven_mean="failed", global_mean="passed", per_replica_batch="passed"),
+            "one device's answer",
+        ),
+        (
+            "crash",
+            0,
+            dict(uneven_mean="failed", global_mean="failed", per_replica_batch="failed"),
+            "kernel died",
+        ),
+        (
+            "hostile",
+            0,
+            dict(uneven_mean="failed", global_mean="failed", per_replica_batch="failed"),
+            "never answered the grader",
+        ),
     ],
 )
 def test_autograder_results(autograder, graded_class, student, score, statuses, hint) -> None:
@@ -946,7 +982,7 @@ def test_autograder_results(autograder, graded_class, student, score, statuses, 
     assert data["score"] == score, done.stdout[-3000:]
     tests = {t["name"]: t for t in data["tests"]}
     assert {i: t["status"] for i, t in tests.items()} == statuses
-    assert [(t["number"], t["max_score"]) for t in data["tests"]] == [("1", 1), ("2", 2)]
+    assert [(t["number"], t["max_score"]) for t in data["tests"]] == [("1", 1), ("2", 1), ("3", 2)]
     assert all(t["visibility"] == "visible" for t in data["tests"]) and data["visibility"] == "visible"
     assert hint in " ".join(t["output"] for t in data["tests"])
     # The same engine as the local grader: the same hints for the same answers.
@@ -1039,9 +1075,9 @@ def test_without_the_sandbox_nothing_outlives_its_run_and_a_rewritten_course_sto
     data = json.loads((out / "report.json").read_text())
     got = {r["student"]: (r["status"], [e["status"] for e in r["exercises"]]) for r in data["results"]}
     assert got == {
-        "a_survivor": ("graded", ["failed", "passed"]),
-        "b_rewriter": ("error", ["error", "error"]),
-        "c_honest": ("error", ["error", "error"]),
+        "a_survivor": ("graded", ["failed", "passed", "passed"]),
+        "b_rewriter": ("error", ["error", "error", "error"]),
+        "c_honest": ("error", ["error", "error", "error"]),
     }
     rewritten = next(e for r in data["results"] if r["student"] == "c_honest" for e in r["exercises"])
     assert "changed on disk while the grader ran" in rewritten["message"]

@@ -323,9 +323,31 @@ def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident
     """The masters' answers, called across the socket with grading-time cases added: passed."""
     source = _master_answers()[ident]
     entry = judge.JUDGED[ident]
-    namespace: dict[str, Any] = {"np": np}
+    from course_utils.runtime import import_tensorflow
+
+    namespace: dict[str, Any] = {"np": np, "tf": import_tensorflow()}  # what the notebooks imported
     exec(compile(source, f"<{ident}>", "exec"), namespace)  # the course's own answer, not a student's
     functions = {name: namespace[name] for name in entry.functions}
     literals = {name: source for name in entry.literals}
     status, message = judged(ident, functions, literals, seed=seed)
     assert status == "passed", message
+
+
+def test_a_strategy_and_a_dataset_cross_as_recipes_and_the_kernel_reports_its_runs() -> None:
+    """global_mean takes a strategy and a dataset: the kernel builds its own from their recipes, and
+    the judge learns how often the student's code called strategy.run (a count, never a verdict)."""
+    from course_utils.runtime import import_tensorflow
+
+    tf = import_tensorflow()
+
+    def without_the_replicas(strategy, dataset):
+        return float(np.mean(next(iter(dataset)).numpy()))
+
+    def mean_of_means(strategy, dataset):
+        batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
+        return float(strategy.reduce("MEAN", strategy.run(tf.reduce_mean, args=(batch,)), axis=None))
+
+    status, message = judged("global_mean", {"global_mean": without_the_replicas}, seed=3)
+    assert status == "failed" and "never called strategy.run" in message, message
+    status, message = judged("global_mean", {"global_mean": mean_of_means}, seed=3)
+    assert status == "failed" and "MEAN of the replicas' means" in message, message

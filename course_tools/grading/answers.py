@@ -24,7 +24,7 @@ import numbers
 import os
 import socket
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -50,10 +50,17 @@ class NotPlainData(TypeError):
     """A value that is not plain data (a function, a model, an object of the student's class)."""
 
 
-def encode(value: Any, depth: int = 0) -> Any:
-    """``value`` as JSON-able plain data; :class:`NotPlainData` for anything else."""
+def encode(value: Any, depth: int = 0, recipes: Optional[list] = None) -> Any:
+    """``value`` as JSON-able plain data; :class:`NotPlainData` for anything else. With ``recipes``
+    (the judge's calls), an object a check hands the student (a strategy, a dataset:
+    ``course_utils.checks``) crosses as its recipe, and is listed there in order."""
     if depth > 20:
         raise NotPlainData("nested more than 20 levels deep")
+    if recipes is not None and callable(
+        getattr(type(value), "grading_recipe", None) or getattr(value, "__dict__", {}).get("grading_recipe")
+    ):
+        recipes.append(value)
+        return {"__recipe__": encode(value.grading_recipe(), depth + 1)}
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
@@ -64,12 +71,12 @@ def encode(value: Any, depth: int = 0) -> Any:
     if isinstance(value, np.bool_):
         return bool(value)
     if isinstance(value, (list, tuple)):
-        items = [encode(v, depth + 1) for v in value]
+        items = [encode(v, depth + 1, recipes) for v in value]
         return items if isinstance(value, list) else {"__tuple__": items}
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             raise NotPlainData("a dict whose keys are not all strings")
-        return {"__dict__": {k: encode(v, depth + 1) for k, v in value.items()}}
+        return {"__dict__": {k: encode(v, depth + 1, recipes) for k, v in value.items()}}
     if isinstance(value, (range, set, frozenset, map, filter, zip, types.GeneratorType)):
         return encode(list(value), depth + 1)  # what a check iterates over, as a list
     if isinstance(value, numbers.Real) and not isinstance(value, np.ndarray):
@@ -92,18 +99,26 @@ def encode(value: Any, depth: int = 0) -> Any:
     raise NotPlainData(f"a {type(value).__name__}")
 
 
-def decode(obj: Any) -> Any:
-    """The value :func:`encode` gave ``obj``; ``ValueError`` for anything it would not give."""
+def decode(obj: Any, built: Optional[list] = None) -> Any:
+    """The value :func:`encode` gave ``obj``; ``ValueError`` for anything it would not give. With
+    ``built`` (the kernel, reading the judge's calls), a recipe is rebuilt and listed there in order;
+    without it (the judge, reading the kernel's answers) a recipe is refused."""
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     if isinstance(obj, list):
-        return [decode(v) for v in obj]
+        return [decode(v, built) for v in obj]
     if isinstance(obj, dict) and len(obj) == 1:
         ((tag, body),) = obj.items()
         if tag == "__tuple__" and isinstance(body, list):
-            return tuple(decode(v) for v in body)
+            return tuple(decode(v, built) for v in body)
         if tag == "__dict__" and isinstance(body, dict):
-            return {str(k): decode(v) for k, v in body.items()}
+            return {str(k): decode(v, built) for k, v in body.items()}
+        if tag == "__recipe__" and built is not None:
+            from course_utils.checks import rebuild
+
+            recipe = decode(body)
+            built.append(rebuild(recipe if isinstance(recipe, dict) else {}))
+            return built[-1]
         if tag == "__float__" and body in ("nan", "inf", "-inf"):
             return float(body)
         if tag == "__array__" and isinstance(body, dict):
@@ -140,14 +155,17 @@ def read_message(stream: Any) -> dict:
     return message
 
 
-def _answer(function: Callable[..., Any], args: list, kwargs: dict) -> dict:
-    """Call the student's function; what it returned, encoded, or what it raised."""
+def _answer(function: Callable[..., Any], args: list, kwargs: dict, built: list) -> dict:
+    """Call the student's function; what it returned, encoded, or what it raised, with what each
+    object rebuilt from a recipe saw (``reports``: how often a strategy's ``run`` was called)."""
     try:
         value = function(*args, **kwargs)
     except Exception as error:  # the student's code raised: the judge says what that means
-        return {"raised": {"type": type(error).__name__, "message": str(error)[:2000]}}
+        raised = {"type": type(error).__name__, "message": str(error)[:2000]}
+        return {"raised": raised, "reports": [getattr(obj, "grading_report", dict)() for obj in built]}
+    reports: list[Any] = [getattr(obj, "grading_report", dict)() for obj in built]
     try:
-        return {"value": encode(value)}
+        return {"value": encode(value), "reports": reports}
     except NotPlainData as why:
         return {"unreadable": f"{why}"}
 
@@ -187,6 +205,11 @@ def answer_calls(sock: socket.socket, exercise_id: str, functions: dict[str, Cal
             if name not in functions:
                 write_message(sock, {"unreadable": f"no function {name!r} was handed to the grader"})
                 continue
-            args = decode(message.get("args", []))
-            kwargs = decode(message.get("kwargs", {"__dict__": {}}))
-            write_message(sock, _answer(functions[name], list(args), dict(kwargs)))
+            built: list = []
+            try:
+                args = decode(message.get("args", []), built)
+                kwargs = decode(message.get("kwargs", {"__dict__": {}}), built)
+            except ValueError as why:
+                write_message(sock, {"unreadable": f"the grader's call could not be read here ({why})"})
+                continue
+            write_message(sock, _answer(functions[name], list(args), dict(kwargs), built))

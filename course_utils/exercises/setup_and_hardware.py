@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
-from ..checks import exercise, expect, passed
+from ..checks import Watched, exercise, expect, one_batch, passed
 from ..strategies import mirrored_cpus
 from . import unseen
 
@@ -92,3 +92,59 @@ def check_per_replica_batch(per_replica_batch: Callable[[int, int], int]) -> Non
                     "say so rather than round.",
                 )
     passed("per_replica_batch", "global batches split evenly, uneven ones refused.")
+
+
+def check_global_mean(global_mean: Callable[[Any, Any], Any]) -> None:
+    """``global_mean(strategy, dataset)``: the mean of a one-batch dataset, computed by the replicas,
+    on one device and on 2 replicas whose slices differ in size."""
+    import numpy as np
+    import tensorflow as tf
+
+    with exercise("global_mean"):
+        cases = [np.arange(1, 8, dtype=np.float32), np.array([1, 2, 3, 10, 20], np.float32)]
+        if (rng := unseen()) is not None:  # grading: numbers the student never saw
+            cases.append(
+                np.array([rng.uniform(-5, 50) for _ in range(rng.choice([5, 7, 9, 11]))], np.float32)
+            )
+        for replicas in (2, 1):  # 2 first: most mistakes show there
+            strategy = (
+                tf.distribute.get_strategy() if replicas == 1 else mirrored_cpus(2, needed_by="The check")
+            )
+            for values in cases:
+                watched = Watched(strategy)
+                got = global_mean(watched, one_batch(values))
+                try:
+                    got = float(got)
+                except (TypeError, ValueError):
+                    expect(False, f"Return one number (a float), not {got!r}.")
+                want, half = float(np.mean(values)), (len(values) + 1) // 2
+                slices = np.mean(values[:half]), np.mean(values[half:])
+
+                def near(value: float) -> bool:
+                    return abs(got - value) <= 1e-5 * max(1.0, abs(value))
+
+                expect(
+                    watched.runs > 0,
+                    "Your function never called strategy.run: the replicas computed nothing. Return each "
+                    "replica's sum and count from a function that strategy.run runs.",
+                )
+                on = f"on {replicas} replica{'s' * (replicas > 1)}, the numbers {values.tolist()}"
+                expect(
+                    near(want) or replicas == 1 or not near(float(np.mean(slices))),
+                    f"{on}: {got:g} is the MEAN of the replicas' means; a slice of {half} numbers and one "
+                    f"of {len(values) - half} do not weigh the same. Add sums and counts with ReduceOp.SUM, "
+                    "then divide.",
+                )
+                expect(
+                    not near(float(values.sum())),
+                    f"{on}: {got:g} is their sum; divide it by how many numbers there are (a count summed "
+                    "over the replicas too).",
+                )
+                expect(
+                    near(want) or not near(float(values.sum()) / replicas),
+                    f"{on}: {got:g} divides the sum by the number of replicas, not the number of numbers.",
+                )
+                expect(near(want), f"{on}: the mean is {want:g}, your function returned {got:g}.")
+    passed(
+        "global_mean", "sums and counts added over the replicas give one device's mean on 1 and 2 replicas."
+    )
