@@ -21,7 +21,7 @@ import numpy as np
 
 from .errors import ExerciseError, describe_raised
 
-__all__ = ["ExerciseError", "Watched", "exercise", "expect", "expect_close", "one_batch", "passed", "rebuild"]
+__all__ = ["ExerciseError", "exercise", "expect", "expect_close", "passed"]
 
 
 def passed(exercise_id: str, message: str = "") -> None:
@@ -87,54 +87,3 @@ def exercise(exercise_id: str) -> Iterator[None]:
         ) from None
     except Exception as error:  # the student's code raised: say what and where, briefly
         raise ExerciseError(f"Exercise {exercise_id}: your code raised {describe_raised(error)}") from None
-
-
-class Watched:
-    """The strategy a check hands a student's function: the real one, its ``run`` calls counted.
-
-    When a grader judges the check outside the student's kernel, it crosses as its recipe (its
-    replica count, :meth:`grading_recipe`): the kernel builds its own (:func:`rebuild`) and reports
-    how often the student's code called ``run``, which the grader adds here (:meth:`grading_take`).
-    """
-
-    def __init__(self, strategy: Any) -> None:
-        self.strategy, self.runs = strategy, 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.strategy, name)
-
-    def run(self, fn: Any, args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
-        self.runs += 1
-        return self.strategy.run(fn, args=args, kwargs=kwargs, options=options)
-
-    def grading_recipe(self) -> dict[str, Any]:
-        return {"strategy": int(self.strategy.num_replicas_in_sync)}
-
-    def grading_report(self) -> dict[str, Any]:
-        return {"runs": self.runs}
-
-    def grading_take(self, report: Any) -> None:
-        self.runs += int(report.get("runs", 0)) if isinstance(report, dict) else 0
-
-
-def one_batch(values: Any) -> Any:
-    """``values`` as a ``tf.data.Dataset`` of one global batch; it crosses to a grading kernel as
-    its numbers (:func:`rebuild`)."""
-    import tensorflow as tf
-
-    array = np.asarray(values)
-    dataset = tf.data.Dataset.from_tensor_slices(array).batch(len(array))
-    dataset.grading_recipe = lambda: {"batch": array}
-    return dataset
-
-
-def rebuild(recipe: dict[str, Any]) -> Any:
-    """In a grading kernel: the object a recipe describes (a :class:`Watched` strategy over this
-    kernel's replicas, or :func:`one_batch`'s dataset); ``ValueError`` for any other recipe."""
-    if set(recipe) == {"strategy"} and recipe["strategy"] in (1, 2, 4):
-        from .compare import checking_strategy
-
-        return Watched(checking_strategy(int(recipe["strategy"])))
-    if set(recipe) == {"batch"} and isinstance(recipe["batch"], np.ndarray):
-        return one_batch(recipe["batch"])
-    raise ValueError("a recipe the grader does not know")

@@ -177,6 +177,7 @@ def test_the_core_is_small() -> None:
     # The bounds were 3,100 and 11,000 lines (the package was 10,566 once notebook 01's NumPy lesson
     # moved into its cells and the deployment files became a shell tool, course_tools.deploy); the
     # same-update check's diagnoses of randomness, BatchNorm, batch-wide losses, 16-bit rounding, errors
-    # and the fit path (compare.py, +190 lines) raised them by 200.
+    # and the fit path (compare.py, +190 lines) raised them by 200; the package's by 150 more for the
+    # exercises that hand the student a strategy and a dataset judged outside the kernel (recipes).
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 11200, f"course_utils is {whole} lines"
+    assert whole <= 11350, f"course_utils is {whole} lines"

@@ -124,6 +124,24 @@ def test_global_mean_the_wrong_answers_real_code_contains() -> None:
     fails_with(ex.check_global_mean, _reduced("SUM", "sum"), "is their sum")
     fails_with(ex.check_global_mean, _reduced("MEAN", "sum"), "by the number of replicas")
     # no replica computes anything: the right number, but not from the replicas
-    fails_with(ex.check_global_mean, lambda s, d: float(np.mean(list(d)[0])), "never called strategy.run")
+    fails_with(ex.check_global_mean, lambda s, d: float(np.mean(list(d)[0])), "never gave the dataset")
     fails_with(ex.check_global_mean, lambda s, d: [4.0], "Return one number")
     fails_with(ex.check_global_mean, blank, "not done yet")
+
+
+def test_global_mean_on_an_undistributed_batch_fails() -> None:
+    """Every replica gets the whole batch: the sum/count ratio is right, but nothing was split."""
+    import tensorflow as tf
+
+    def undistributed(strategy, dataset):
+        batch = next(iter(dataset))
+        sums, counts = strategy.run(
+            lambda v: (tf.reduce_sum(v), tf.cast(tf.size(v), tf.float32)), args=(batch,)
+        )
+        return float(strategy.reduce("SUM", sums, axis=None) / strategy.reduce("SUM", counts, axis=None))
+
+    fails_with(
+        ex.check_global_mean,
+        undistributed,
+        "never gave the dataset to strategy.experimental_distribute_dataset",
+    )

@@ -53,7 +53,7 @@ class NotPlainData(TypeError):
 def encode(value: Any, depth: int = 0, recipes: Optional[list] = None) -> Any:
     """``value`` as JSON-able plain data; :class:`NotPlainData` for anything else. With ``recipes``
     (the judge's calls), an object a check hands the student (a strategy, a dataset:
-    ``course_utils.checks``) crosses as its recipe, and is listed there in order."""
+    ``course_utils.exercises``) crosses as its recipe, and is listed there in order."""
     if depth > 20:
         raise NotPlainData("nested more than 20 levels deep")
     if recipes is not None and callable(
@@ -114,7 +114,7 @@ def decode(obj: Any, built: Optional[list] = None) -> Any:
         if tag == "__dict__" and isinstance(body, dict):
             return {str(k): decode(v, built) for k, v in body.items()}
         if tag == "__recipe__" and built is not None:
-            from course_utils.checks import rebuild
+            from course_utils.exercises import rebuild
 
             recipe = decode(body)
             built.append(rebuild(recipe if isinstance(recipe, dict) else {}))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..checks import Watched, exercise, expect, one_batch, passed
+from ..checks import exercise, expect, passed
 from ..strategies import mirrored_cpus
-from . import unseen
+from . import Watched, one_batch, unseen
 
 
 def _uneven_means() -> tuple[float, float]:
@@ -123,6 +123,11 @@ def check_global_mean(global_mean: Callable[[Any, Any], Any]) -> None:
                 def near(value: float) -> bool:
                     return abs(got - value) <= 1e-5 * max(1.0, abs(value))
 
+                expect(
+                    watched.distributed > 0,
+                    "Your function never gave the dataset to strategy.experimental_distribute_dataset: "
+                    "every replica then gets the whole batch, not its slice. Distribute it first.",
+                )
                 expect(
                     watched.runs > 0,
                     "Your function never called strategy.run: the replicas computed nothing. Return each "
