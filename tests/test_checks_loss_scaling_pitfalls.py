@@ -249,6 +249,8 @@ def test_replica_dropout(tf, capsys) -> None:
         return tf.where(keep[first : first + rows], x / (1 - rate), tf.zeros_like(x))
 
     # In one traced function, where training runs every step, the step is a tensor: the op refuses it.
-    fails_with(ex.check_replica_dropout, op_seed, "your code raised TypeError", "tf.Tensor")
+    fails_with(
+        ex.check_replica_dropout, op_seed, "your code raised", "tf.Tensor"
+    )  # TypeError or its subclass
 
     fails_with(ex.check_replica_dropout, blank, "not done yet")
