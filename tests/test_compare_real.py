@@ -488,3 +488,21 @@ def test_the_docs_fit_example_runs(root) -> None:
     assert "[same update] weights, loss and metric match on 1, 2, 4 replicas" in result.stdout, (
         result.stdout + result.stderr[-2000:]
     )
+
+
+def test_fit_with_a_weighted_metric_object_and_sample_weights() -> None:
+    """The metric the TensorFlow Keras guides pass to ``compile`` as an object, weighted by the
+    sample weights ``fit`` gets. A right model passes: each run compiles its own copy of the object
+    (one object would carry its count from run to run), and the metrics are read from the epoch's
+    logs: on 2 replicas a batch's logs give the mean of each replica's own weighted accuracy (measured
+    on notebook 10's check data: (0.1875 + 0.0682) / 2 = 0.128, where one device and the epoch's logs
+    give 0.118), which this test's unequal weights also tell apart."""
+    import keras
+
+    x, y = data()
+    weights = np.where(np.arange(len(y)) % 4 == 0, 3.0, 1.0).astype("float32")
+    args = dict(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="weighted_accuracy")],
+    )
+    passes(compare.same_update(None, x, y, weights, make_model=model_with(), fit=args, replicas=(1, 2)))
