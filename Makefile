@@ -72,7 +72,7 @@ lint: setup
 # module-scoped fixtures (the graded class) are built once. (Spreading the notebook-running files'
 # tests over both workers with --dist loadgroup built the graded class twice, 117 s more.)
 unit: setup
-	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile --durations=15 tests
+	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider -n auto --dist loadfile --durations=30 tests
 
 nbval-default: setup
 	$(call nbval_pass,$(TEST_ENV) COURSE_STRATEGY=default,$(PY),tests/nbval_sanitize.cfg)

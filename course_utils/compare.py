@@ -422,11 +422,13 @@ def _compare(n: int, run: Run, base: Run, tol: float) -> Comparison:
     return Comparison(n, run, factor(run.update, base.update), m, ok and m <= tol, loss, metrics)
 
 
-def _row(name: str, run: Run, weights: str, flag: str = "") -> str:
+def _row(name: str, run: Run, weights: str, verdict: str = "") -> str:
     if run.error:
-        return f"{name:>8}  raised {run.error}"
+        return f"{name:>8}  {verdict + '  ' if verdict else ''}raised {run.error}"
     loss = "-" if run.loss is None else f"{run.loss:.5f}"
-    return f"{name:>8}  {weights}  {loss:>9}  {' '.join(f'{m:.4f}' for m in run.metrics) or '-'}{flag}"
+    return (
+        f"{name:>8}  {verdict:<7}  {weights}  {loss:>9}  {' '.join(f'{m:.4f}' for m in run.metrics) or '-'}"
+    )
 
 
 @dataclass
@@ -451,12 +453,13 @@ class SameUpdate:
         return "; also ".join(self.problems)
 
     def table(self) -> str:
-        """One line per replica count: the weights' factor and mismatch ("ok" within the tolerance, so
-        that float noise does not change the table), the last step's loss, the metrics."""
+        """One line per replica count: its verdict (the weights, loss and metrics together), the
+        weights' factor and mismatch ("ok" within the tolerance, so that float noise does not change the
+        table), the last step's loss, the metrics."""
         lines = [
             f"compared with {self.compared_with} (the same: within {NOISE_FACTOR:g} x the step's own "
             f"float noise, at least {NOISE_FLOOR:.0e}):",
-            f"{'replicas':>8}  {'factor':>7}  {'mismatch':>9}  {'last loss':>9}  metrics",
+            f"{'replicas':>8}  {'verdict':<7}  {'factor':>7}  {'mismatch':>9}  {'last loss':>9}  metrics",
         ]
         for n, c in sorted(self.comparisons.items()):
             off = "ok" if c.weights_same else f"{c.weight_mismatch:.1e}"
@@ -465,7 +468,7 @@ class SameUpdate:
                     str(n),
                     c.run,
                     f"{c.weight_factor:6.3f}x  {off:>9}",
-                    f"  {'same' if c.same else 'DIFFERS'}",
+                    "same" if c.same else "DIFFERS",
                 )
             )
         lines.append(_row("baseline", self.baseline, f"{'1.000x':>7}  {'-':>9}"))

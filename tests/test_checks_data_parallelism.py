@@ -15,16 +15,18 @@ RIGHT = ex.reference_solutions()
 
 
 def test_all_checks_pass_on_reference_solutions(capsys) -> None:
+    ex.check_replica_step(RIGHT["replica_step"])
     ex.check_data_parallel_gradient(RIGHT["data_parallel_gradient"])
     ex.check_updates_per_epoch(RIGHT["updates_per_epoch"])
     ex.check_epoch_traffic(RIGHT["epoch_traffic"])
     out = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in out] == [
+        "[pass] replica_step",
         "[pass] data_parallel_gradient",
         "[pass] updates_per_epoch",
         "[pass] epoch_traffic",
     ]
-    assert "16 updates on 2 replicas (64 examples each, the last 20 + 20), 32 on one device" in out[1]
+    assert "16 updates on 2 replicas (64 examples each, the last 20 + 20), 32 on one device" in out[2]
 
 
 def test_checks_of_an_unfinished_exercise_say_so() -> None:
@@ -32,6 +34,7 @@ def test_checks_of_an_unfinished_exercise_say_so() -> None:
         raise NotImplementedError("Exercise x: replace this line with your code")
 
     for check, ident, answer in [
+        (ex.check_replica_step, "replica_step", blank),
         (ex.check_data_parallel_gradient, "data_parallel_gradient", blank),
         (ex.check_updates_per_epoch, "updates_per_epoch", None),
         (ex.check_epoch_traffic, "epoch_traffic", blank),
@@ -250,3 +253,68 @@ def _epoch_steps(e, b, n):
 )
 def test_epoch_traffic_names_each_mistake(answer, needles) -> None:
     _fails(ex.check_epoch_traffic, answer, "Exercise epoch_traffic", *needles)
+
+
+# --------------------------------------------------------------------------- replica_step
+
+
+def _step(loss="global", all_reduce=False):
+    """A ``make_replica_step`` as real code writes it: each replica's loss (``loss``), its gradients
+    returned as they are or all-reduced first (``all_reduce``, as if it were the optimizer)."""
+
+    def make_replica_step(kernel, bias, global_batch):
+        import tensorflow as tf
+
+        def replica_step(x, y):
+            with tf.GradientTape() as tape:
+                per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(y, x @ kernel + bias)
+                if loss == "global":
+                    value = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+                elif loss == "mean":  # one-device code: tf.reduce_mean
+                    value = tf.reduce_mean(per_example)
+                elif loss == "default size":  # compute_average_loss's own global batch
+                    value = tf.nn.compute_average_loss(per_example)
+                elif loss == "notebook batch":  # the notebook's GLOBAL_BATCH, not the argument
+                    value = tf.reduce_sum(per_example) / 64.0
+                elif loss == "two replicas":  # a replica count written in
+                    value = tf.reduce_sum(per_example) / (tf.cast(tf.shape(x)[0], tf.float32) * 2)
+            grads = tape.gradient(value, [kernel, bias])
+            if all_reduce:
+                return tf.distribute.get_replica_context().all_reduce("SUM", grads)
+            return grads
+
+        return replica_step
+
+    return make_replica_step
+
+
+@pytest.mark.parametrize(
+    "answer, needles",
+    [
+        (_step(loss="mean"), ["2 replicas, a global batch of 16", "2.00x", "averages over its own examples"]),
+        (_step(all_reduce=True), ["2.00x", "returns the all-reduced gradient", "own gradient"]),
+        (
+            _step(loss="default size"),
+            ["a global batch of 7 split unevenly", "global_batch_size=global_batch"],
+        ),
+        (_step(loss="notebook batch"), ["on 1 replica, a global batch of 16", "0.25x", "you divide by 64"]),
+        (_step(loss="two replicas"), ["on 1 replica", "0.50x", "you divide by 32"]),
+    ],
+    ids=["reduce_mean", "all-reduced twice", "default batch size", "notebook's 64", "2 written in"],
+)
+def test_replica_step_names_each_mistake(answer, needles) -> None:
+    _fails(ex.check_replica_step, answer, *needles)
+
+
+def test_replica_step_wrong_returns() -> None:
+    _fails(ex.check_replica_step, lambda kernel, bias, global_batch: 3, "must return the function")
+
+    def loss_only(kernel, bias, global_batch):
+        return lambda x, y: tf_sum(x)
+
+    def tf_sum(x):
+        import tensorflow as tf
+
+        return tf.reduce_sum(x)
+
+    _fails(ex.check_replica_step, loss_only, "this replica's gradients [kernel, bias]")

@@ -91,9 +91,9 @@ def test_pipelines_use_the_global_batch(two_replicas, monkeypatch, tmp_path) -> 
 
 
 def test_builtin_fashion_mnist_is_learnable(monkeypatch, tmp_path) -> None:
-    """The full built-in set is learnable: the tutorial's CNN, trained on 20,000 of its 60,000 training
-    images (a third of an epoch, shuffled), reaches at least 80% on its 10,000 test images (measured: 87.5%;
-    a whole epoch, 88%, took twice as long)."""
+    """The full built-in set is learnable: the tutorial's CNN, trained on 12,000 of its 60,000 training
+    images (a fifth of an epoch, shuffled), reaches at least 80% on its 10,000 test images (measured:
+    84.4%; 8,000 images gave 82.8%, 20,000 gave 87.5%)."""
     import keras
 
     from course_utils.models import custom_training_cnn
@@ -109,7 +109,7 @@ def test_builtin_fashion_mnist_is_learnable(monkeypatch, tmp_path) -> None:
         metrics=["accuracy"],
     )
     pipes = data.make_pipelines(images, per_replica_batch=64)
-    model.fit(pipes.train.take(20_000 // 64), epochs=1, verbose=0)
+    model.fit(pipes.train.take(12_000 // 64), epochs=1, verbose=0)
     _, accuracy = model.evaluate(pipes.test, verbose=0)
-    print(f"built-in Fashion-MNIST, 20,000 images: test accuracy {accuracy:.3f}")
+    print(f"built-in Fashion-MNIST, 12,000 images: test accuracy {accuracy:.3f}")
     assert accuracy >= 0.80

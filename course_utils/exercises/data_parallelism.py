@@ -8,6 +8,7 @@ import numpy as np
 
 from ..checks import exercise, expect, expect_close, passed
 from ..compare import factor, flat
+from ..runtime import import_tensorflow as _tf
 from ..strategies import mirrored_cpus
 from . import unseen
 
@@ -120,6 +121,74 @@ def check_data_parallel_gradient(data_parallel_gradient: Callable[[list, list], 
     passed(
         "data_parallel_gradient",
         f"one device's gradient on 1 to 5 replicas, uneven shards ({', '.join(uneven)}) included.",
+    )
+
+
+#: (replicas, global batch) of ``replica_step``'s cases: one device, even shards, a short last batch.
+STEP_CASES = [(1, 16), (2, 16), (2, 7)]
+
+#: A right float32 answer against the float64 reference: at most 6.6e-8 apart (20 seeds, every case).
+STEP_TOLERANCE = 1e-6
+
+
+def _step_hint(parts: list[np.ndarray], single: np.ndarray, batch: int) -> str:
+    """What a wrong ``replica_step`` did, from each replica's gradient and one device's."""
+    replicas, total = len(parts), sum(parts)
+    on = f"on {replicas} replica{'s' * (replicas > 1)}, a global batch of {batch}"
+    f = factor(total, single)
+    if not np.allclose(total, f * single, rtol=1e-4, atol=STEP_TOLERANCE):  # no single factor
+        if batch % replicas:
+            return (
+                f"{on} split unevenly: with no global_batch_size, compute_average_loss divides by your "
+                "replica's batch x replicas; pass global_batch_size=global_batch"
+            )
+        return f"{on}: the replicas' sum is not one device's gradient (mismatch {np.abs(total - single).max():.1e})"
+    if abs(f - replicas) < 1e-3 < replicas - 1:
+        if all(np.allclose(p, parts[0], rtol=0, atol=STEP_TOLERANCE) for p in parts):
+            return (
+                f"{on}: the sum is {f:.2f}x one device's: every replica returns the all-reduced gradient and "
+                "strategy.reduce adds the copies again; return this replica's own gradient"
+            )
+        return (
+            f"{on}: the sum is {f:.2f}x one device's: each replica averages over its own examples "
+            "(tf.reduce_mean?); divide the loss sum by the global batch"
+        )
+    return f"{on}: the sum is {f:.2f}x one device's: you divide by {batch / f:.3g}, not by the global batch ({batch})"
+
+
+def check_replica_step(make_replica_step: Callable[..., Any]) -> None:
+    """``make_replica_step(kernel, bias, global_batch)`` returns ``replica_step(x, y)``, this replica's
+    gradients ``[kernel, bias]``; run by ``strategy.run`` in a ``tf.function`` on 1 and 2 replicas
+    (a short batch too), the replicas' gradients must add up to one device's."""
+    tf = _tf()
+    drawn = unseen()
+    rng = np.random.default_rng(11 if drawn is None else drawn.randrange(2**31))
+    params = {"kernel": 0.3 * rng.normal(size=(4, 3)), "bias": 0.1 * rng.normal(size=3)}
+    x_all, y_all = rng.normal(size=(16, 4)).astype(np.float32), rng.integers(0, 3, size=16).astype(np.int32)
+    with exercise("replica_step"):
+        for replicas, batch in STEP_CASES:
+            strategy = _one_device() if replicas == 1 else mirrored_cpus(replicas, needed_by="This check")
+            with strategy.scope():
+                kernel = tf.Variable(params["kernel"], dtype=tf.float32)
+                bias = tf.Variable(params["bias"], dtype=tf.float32)
+            x, y = x_all[:batch], y_all[:batch]
+            data = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
+            x_dist, y_dist = next(iter(strategy.experimental_distribute_dataset(data)))
+            replica_step = make_replica_step(kernel, bias, batch)
+            expect(callable(replica_step), "make_replica_step must return the function replica_step(x, y).")
+            result = tf.function(lambda a, b: strategy.run(replica_step, args=(a, b)))(x_dist, y_dist)
+            expect(
+                isinstance(result, (list, tuple)) and len(result) == 2,
+                f"replica_step must return this replica's gradients [kernel, bias] (got {type(result).__name__}).",
+            )
+            pairs = zip(*(strategy.experimental_local_results(g) for g in result))
+            parts = [_flat({"kernel": k.numpy(), "bias": b.numpy()}) for k, b in pairs]
+            single = _flat(mean_loss_gradient(params, x.astype(np.float64), y))
+            if not np.allclose(sum(parts), single, rtol=0, atol=STEP_TOLERANCE):
+                expect(False, _step_hint(parts, single, batch) + ".")
+    passed(
+        "replica_step",
+        "the replicas' gradients add up to one device's on 1 and 2 replicas (16 and 7 examples).",
     )
 
 
@@ -317,7 +386,19 @@ def reference_solutions() -> dict[str, Any]:
         steps = -(-examples // (per_replica_batch * replicas))
         return steps * 2 * (replicas - 1) / replicas * num_params * bytes_per_param
 
+    def make_replica_step(kernel, bias, global_batch):
+        import tensorflow as tf
+
+        def replica_step(x, y):
+            with tf.GradientTape() as tape:
+                per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(y, x @ kernel + bias)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+            return tape.gradient(loss, [kernel, bias])
+
+        return replica_step
+
     return {
+        "replica_step": make_replica_step,
         "data_parallel_gradient": data_parallel_gradient,
         "updates_per_epoch": 16,
         "epoch_traffic": epoch_traffic,
