@@ -258,7 +258,7 @@ def test_epoch_traffic_names_each_mistake(answer, needles) -> None:
 # --------------------------------------------------------------------------- replica_step
 
 
-def _step(loss="global", all_reduce=False):
+def _step(loss="global", all_reduce=False, returns="grads"):
     """A ``make_replica_step`` as real code writes it: each replica's loss (``loss``), its gradients
     returned as they are or all-reduced first (``all_reduce``, as if it were the optimizer)."""
 
@@ -278,9 +278,18 @@ def _step(loss="global", all_reduce=False):
                     value = tf.reduce_sum(per_example) / 64.0
                 elif loss == "two replicas":  # a replica count written in
                     value = tf.reduce_sum(per_example) / (tf.cast(tf.shape(x)[0], tf.float32) * 2)
+                elif loss == "mean over replicas":  # right on even shards only
+                    replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+                    value = tf.reduce_mean(per_example) / replicas
+            if returns == "outside the tape":
+                value = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(y, x @ kernel + bias))
             grads = tape.gradient(value, [kernel, bias])
             if all_reduce:
-                return tf.distribute.get_replica_context().all_reduce("SUM", grads)
+                return tf.distribute.get_replica_context().all_reduce(all_reduce, grads)
+            if returns == "swapped":
+                return grads[::-1]
+            if returns == "kernel only":
+                return [grads[0]]
             return grads
 
         return replica_step
@@ -292,15 +301,31 @@ def _step(loss="global", all_reduce=False):
     "answer, needles",
     [
         (_step(loss="mean"), ["2 replicas, a global batch of 16", "2.00x", "averages over its own examples"]),
-        (_step(all_reduce=True), ["2.00x", "returns the all-reduced gradient", "own gradient"]),
+        (_step(all_reduce="SUM"), ["2.00x", "returns the all-reduced gradient", "own gradient"]),
+        (_step(all_reduce="MEAN"), ["add up right", "its own share"]),
+        (_step(loss="mean over replicas"), ["a global batch of 7 split unevenly", "divide by global_batch"]),
+        (_step(returns="outside the tape"), ["tape.gradient gave None"]),
+        (_step(returns="swapped"), ["in that order", "(3,), (4, 3)"]),
+        (_step(returns="kernel only"), ["[kernel, bias]", "list of 1"]),
         (
             _step(loss="default size"),
-            ["a global batch of 7 split unevenly", "global_batch_size=global_batch"],
+            ["a global batch of 7 split unevenly", "compute_average_loss's default"],
         ),
         (_step(loss="notebook batch"), ["on 1 replica, a global batch of 16", "0.25x", "you divide by 64"]),
         (_step(loss="two replicas"), ["on 1 replica", "0.50x", "you divide by 32"]),
     ],
-    ids=["reduce_mean", "all-reduced twice", "default batch size", "notebook's 64", "2 written in"],
+    ids=[
+        "reduce_mean",
+        "all-reduced twice",
+        "MEAN all-reduce",
+        "mean over replicas",
+        "loss outside the tape",
+        "swapped",
+        "kernel only",
+        "default batch size",
+        "notebook's 64",
+        "2 written in",
+    ],
 )
 def test_replica_step_names_each_mistake(answer, needles) -> None:
     _fails(ex.check_replica_step, answer, *needles)

@@ -131,35 +131,36 @@ STEP_CASES = [(1, 16), (2, 16), (2, 7)]
 STEP_TOLERANCE = 1e-6
 
 
-def _step_hint(parts: list[np.ndarray], single: np.ndarray, batch: int) -> str:
-    """What a wrong ``replica_step`` did, from each replica's gradient and one device's."""
-    replicas, total = len(parts), sum(parts)
+def _step_hint(parts: list[np.ndarray], shares: list[np.ndarray], batch: int) -> str:
+    """What a wrong ``replica_step`` did, from each replica's gradient and its right share."""
+    replicas, total, single = len(parts), sum(parts), sum(shares)
     on = f"on {replicas} replica{'s' * (replicas > 1)}, a global batch of {batch}"
     f = factor(total, single)
+    if np.allclose(total, single, rtol=0, atol=STEP_TOLERANCE):  # right sum, wrong parts
+        return (
+            f"{on}: the replicas' gradients add up right, but each must be its own share, not a mean of all"
+        )
     if not np.allclose(total, f * single, rtol=1e-4, atol=STEP_TOLERANCE):  # no single factor
         if batch % replicas:
             return (
-                f"{on} split unevenly: with no global_batch_size, compute_average_loss divides by your "
-                "replica's batch x replicas; pass global_batch_size=global_batch"
+                f"{on} split unevenly: you divide by your replica's batch x replicas (compute_average_loss's "
+                "default), which is not the global batch here; divide by global_batch"
             )
         return f"{on}: the replicas' sum is not one device's gradient (mismatch {np.abs(total - single).max():.1e})"
     if abs(f - replicas) < 1e-3 < replicas - 1:
         if all(np.allclose(p, parts[0], rtol=0, atol=STEP_TOLERANCE) for p in parts):
             return (
-                f"{on}: the sum is {f:.2f}x one device's: every replica returns the all-reduced gradient and "
+                f"{on}: {f:.2f}x one device's: every replica returns the all-reduced gradient and "
                 "strategy.reduce adds the copies again; return this replica's own gradient"
             )
-        return (
-            f"{on}: the sum is {f:.2f}x one device's: each replica averages over its own examples "
-            "(tf.reduce_mean?); divide the loss sum by the global batch"
-        )
-    return f"{on}: the sum is {f:.2f}x one device's: you divide by {batch / f:.3g}, not by the global batch ({batch})"
+        return f"{on}: {f:.2f}x one device's: each replica averages over its own examples (tf.reduce_mean?); divide by the global batch"
+    return f"{on}: {f:.2f}x one device's: you divide by {batch / f:.3g}, not by the global batch ({batch})"
 
 
 def check_replica_step(make_replica_step: Callable[..., Any]) -> None:
     """``make_replica_step(kernel, bias, global_batch)`` returns ``replica_step(x, y)``, this replica's
     gradients ``[kernel, bias]``; run by ``strategy.run`` in a ``tf.function`` on 1 and 2 replicas
-    (a short batch too), the replicas' gradients must add up to one device's."""
+    (a short batch too), each replica's must be the gradient of its examples' loss sum / the global batch."""
     tf = _tf()
     drawn = unseen()
     rng = np.random.default_rng(11 if drawn is None else drawn.randrange(2**31))
@@ -179,16 +180,28 @@ def check_replica_step(make_replica_step: Callable[..., Any]) -> None:
             result = tf.function(lambda a, b: strategy.run(replica_step, args=(a, b)))(x_dist, y_dist)
             expect(
                 isinstance(result, (list, tuple)) and len(result) == 2,
-                f"replica_step must return this replica's gradients [kernel, bias] (got {type(result).__name__}).",
+                "replica_step must return this replica's gradients [kernel, bias] "
+                f"(got {type(result).__name__}{f' of {len(result)}' if isinstance(result, (list, tuple)) else ''}).",
+            )
+            values = [t for g in result for t in strategy.experimental_local_results(g)]
+            expect(
+                None not in values,
+                "tape.gradient gave None: compute the loss inside the tape, from kernel and bias.",
+            )
+            shapes = [tuple(getattr(t, "shape", ())) for t in values]
+            expect(
+                shapes == [(4, 3)] * replicas + [(3,)] * replicas,
+                f"replica_step must return [kernel gradient (4, 3), bias gradient (3,)] in that order (got shapes {shapes}).",
             )
             pairs = zip(*(strategy.experimental_local_results(g) for g in result))
             parts = [_flat({"kernel": k.numpy(), "bias": b.numpy()}) for k, b in pairs]
-            single = _flat(mean_loss_gradient(params, x.astype(np.float64), y))
-            if not np.allclose(sum(parts), single, rtol=0, atol=STEP_TOLERANCE):
-                expect(False, _step_hint(parts, single, batch) + ".")
+            shards = zip(np.array_split(x.astype(np.float64), replicas), np.array_split(y, replicas))
+            shares = [_flat(mean_loss_gradient(params, xs, ys)) * len(ys) / batch for xs, ys in shards]
+            if not all(np.allclose(p, s, rtol=0, atol=STEP_TOLERANCE) for p, s in zip(parts, shares)):
+                expect(False, _step_hint(parts, shares, batch) + ".")
     passed(
         "replica_step",
-        "the replicas' gradients add up to one device's on 1 and 2 replicas (16 and 7 examples).",
+        "each replica's gradient is its share of one device's on 1 and 2 replicas (16 and 7 examples).",
     )
 
 
