@@ -179,7 +179,7 @@ def test_the_core_is_small() -> None:
     # same-update check's diagnoses of randomness, BatchNorm, batch-wide losses, 16-bit rounding, errors
     # and the fit path (compare.py, +190 lines) raised them by 200; the package's by 150 more for the
     # exercises that hand the student a strategy and a dataset judged outside the kernel (recipes), and
-    # by 100 more for notebook 01's ring_gradients, the first of the tf.distribute exercises that
+    # by 100 more for notebook 01's replica_step, the first of the tf.distribute exercises that
     # notebooks 01, 06, 09 and 11 lacked (its check and hints, exercises/data_parallelism.py, +95 lines).
     assert core <= 3300, f"the core of course_utils is {core} lines"
     assert whole <= 11450, f"course_utils is {whole} lines"
