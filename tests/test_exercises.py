@@ -73,7 +73,8 @@ def test_master_checks_pass_in_stored_outputs(path: Path) -> None:
 
 def _rerun_after_fixing(cells: list) -> list:
     """The code cells a student re-runs after fixing the answers: each answer, each check, and
-    every cell after the first answer that reads a name an answer (or such a cell) defines."""
+    every cell after the first answer that reads a name an answer (or such a cell) defines, when a
+    later check needs what it binds (a training run no check reads is not run twice)."""
     changed: set[str] = set()
     rerun = []
     started = False
@@ -93,7 +94,14 @@ def _rerun_after_fixing(cells: list) -> list:
         else:
             changed |= context.bound_names(tree)
         rerun.append(cell)
-    return rerun
+    needed: set[str] = set()
+    kept = []
+    for cell in reversed(rerun):  # from the last check back: keep what a later kept cell reads
+        tree = code.parse(cell.source)
+        if role(cell) in ("solution", "check") or (tree is not None and context.bound_names(tree) & needed):
+            kept.append(cell)
+            needed |= context.needed_names(tree, cell.source) if tree is not None else set()
+    return kept[::-1]
 
 
 @pytest.mark.parametrize("path", WITH_EXERCISES, ids=lambda p: p.stem)
