@@ -235,6 +235,18 @@ def test_replica_dropout(tf, capsys) -> None:
 
     fails_with(ex.check_replica_dropout, unscaled, "divided by 1 - rate")
 
+    def over_rate(x, rate, step):  # x / rate: the same as x / (1 - rate) at rate 0.5 only
+        return right(x, rate, step) * (1 - rate) / rate
+
+    fails_with(ex.check_replica_dropout, over_rate, "divided by 1 - rate", "at rate=0.2")
+
+    def keeps_below_rate(x, rate, step):  # keeps where the draw is < rate: half either way at 0.5
+        return right(x, 1 - rate, step) * rate / (1 - rate)
+
+    fails_with(
+        ex.check_replica_dropout, keeps_below_rate, "yours drops 0.", "keep where the uniform draw is >= rate"
+    )
+
     def no_step(x, rate, step):
         return right(x, rate, 0)
 
