@@ -7,9 +7,11 @@ device and on 2 replicas.
 from __future__ import annotations
 
 import keras
+import pytest
 import tensorflow as tf
 from checking import blank, fails_with
 
+from course_utils.errors import ExerciseError
 from course_utils.exercises import tpu_and_hardware_detection as ex
 
 # --------------------------------------------------------------------------- tpu_input_fn
@@ -256,7 +258,7 @@ def test_tpu_input_fn_sharded_by_replica() -> None:
 
         return dataset_fn
 
-    fails_with(ex.check_tpu_input_fn, by_replica, "On 2 replicas the examples of a step are not one device's")
+    fails_with(ex.check_tpu_input_fn, by_replica, "On 2 replicas your dataset_fn read one example in 2")
 
 
 def test_tpu_ready_loop_mean_of_replica_losses() -> None:
@@ -324,3 +326,180 @@ def test_tpu_ready_loop_one_step_too_many_without_drop_remainder() -> None:
         "batch dimension is None",
         "drop_remainder=True",
     )
+
+
+# --------------------------------------------------------------------------- tpu_input_fn: numbers written in
+
+
+def input_fn_with(batch=None, shard=None):
+    """The TPU guide's dataset_fn with ``batch(ctx, global_batch)`` or ``shard(dataset, ctx)`` replaced."""
+
+    def make_dataset_fn(x, y, global_batch):
+        def dataset_fn(ctx):
+            dataset = tf.data.Dataset.from_tensor_slices((x, y))
+            if shard:
+                dataset = shard(dataset, ctx)
+            else:
+                dataset = dataset.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+            size = batch(ctx, global_batch) if batch else ctx.get_per_replica_batch_size(global_batch)
+            return dataset.batch(size, drop_remainder=True)
+
+        return dataset_fn
+
+    return make_dataset_fn
+
+
+def test_tpu_input_fn_replica_count_written_in() -> None:
+    fails_with(
+        ex.check_tpu_input_fn,
+        input_fn_with(batch=lambda ctx, g: g // 2),
+        "On one device your batches hold 4 of the global batch's 8: a replica count written in (/ 2)",
+    )
+    fails_with(
+        ex.check_tpu_input_fn, input_fn_with(batch=lambda ctx, g: g // 8), "a replica count written in (/ 8)"
+    )
+
+
+def test_tpu_input_fn_batch_per_host_not_per_replica() -> None:
+    fails_with(
+        ex.check_tpu_input_fn,
+        input_fn_with(batch=lambda ctx, g: g // ctx.num_input_pipelines),
+        "the whole global batch",
+        "get_per_replica_batch_size",
+    )
+
+
+def test_tpu_input_fn_dividing_by_the_replicas_passes(capsys) -> None:
+    # What get_per_replica_batch_size computes: right, if unguarded against an uneven split.
+    ex.check_tpu_input_fn(input_fn_with(batch=lambda ctx, g: g // ctx.num_replicas_in_sync))
+    assert "[pass] tpu_input_fn" in capsys.readouterr().out
+
+
+def test_tpu_input_fn_shard_count_written_in() -> None:
+    fails_with(
+        ex.check_tpu_input_fn,
+        input_fn_with(shard=lambda d, ctx: d.shard(2, ctx.input_pipeline_id)),
+        "On one device your dataset_fn read one example in 2: a shard count written in",
+    )
+    fails_with(
+        ex.check_tpu_input_fn,
+        input_fn_with(shard=lambda d, ctx: d.shard(8, ctx.input_pipeline_id)),
+        "On one device your dataset_fn gave no whole batch of 8",
+    )
+
+
+def test_tpu_input_fn_shard_by_the_replica_count() -> None:
+    fails_with(
+        ex.check_tpu_input_fn,
+        input_fn_with(shard=lambda d, ctx: d.shard(ctx.num_replicas_in_sync, ctx.input_pipeline_id)),
+        "On 2 replicas your dataset_fn read one example in 2: it shards by the replica count",
+        "shard by ctx.num_input_pipelines",
+    )
+
+
+def test_tpu_input_fn_shard_arguments_swapped() -> None:
+    fails_with(
+        ex.check_tpu_input_fn,
+        input_fn_with(shard=lambda d, ctx: d.shard(ctx.input_pipeline_id, ctx.num_input_pipelines)),
+        "dataset.shard got its arguments the wrong way round",
+    )
+
+
+def test_tpu_input_fn_same_shard_on_every_host() -> None:
+    fails_with(
+        ex.check_tpu_input_fn,
+        input_fn_with(shard=lambda d, ctx: d.shard(ctx.num_input_pipelines, 0)),
+        "On a pod of 2 hosts (input pipelines) both read examples",
+    )
+
+
+def test_tpu_input_fn_repeat_without_drop_remainder() -> None:
+    # A repeated dataset never ends, yet without drop_remainder its batch dimension is still None.
+    def repeated(x, y, global_batch):
+        def dataset_fn(ctx):
+            dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
+            return dataset.batch(ctx.get_per_replica_batch_size(global_batch))
+
+        return dataset_fn
+
+    fails_with(ex.check_tpu_input_fn, repeated, "batch dimension is None", "drop_remainder=True")
+
+
+# --------------------------------------------------------------------------- trace_count
+
+SHORT, DROPPED = ex.TRACE_KEYS
+
+
+def traces(short, dropped):
+    return {SHORT: short, DROPPED: dropped}
+
+
+def test_trace_count(capsys) -> None:
+    ex.check_trace_count(traces(2, 1))
+    out = capsys.readouterr().out
+    assert "[pass] trace_count: 2 epochs, traced for [(4,), (2,)] without drop_remainder and [(4,)]" in out
+
+
+def test_trace_count_reference_is_counted() -> None:
+    assert ex.traced_shapes(False) == [(4,), (2,)] and ex.traced_shapes(True) == [(4,)]
+
+
+@pytest.mark.parametrize(
+    "short, dropped, hint",
+    [
+        (
+            6,
+            4,
+            "6 and 4 are the numbers of steps, but tf.function traces only for an input shape it has not seen",
+        ),
+        (4, 1, "batch(4): 4 traces an epoch's shapes again each epoch"),
+        (
+            1,
+            1,
+            "batch(4): 10 numbers by 4 end on a batch of 2, a second shape [(4,), (2,)], so 2 traces, not 1",
+        ),
+        (3, 1, "so 2 traces, not 3"),
+        (2, 2, "drop_remainder=True drops the 2 left over: every batch has shape (4,), so 1 trace, not 2"),
+        (2.5, 1, "TRACES['batch(4)'] should be a whole number"),
+    ],
+)
+def test_trace_count_mistakes(short, dropped, hint) -> None:
+    fails_with(ex.check_trace_count, traces(short, dropped), "Exercise trace_count", hint)
+
+
+def test_trace_count_placeholder_and_shape() -> None:
+    with pytest.raises(ExerciseError, match="not done yet"):
+        ex.check_trace_count(traces(None, None))
+    fails_with(ex.check_trace_count, [2, 1], "Set TRACES to a dict")
+
+
+# --------------------------------------------------------------------------- replica_batches
+
+RIGHT_BATCHES = [[4, 4]] * 5 + [[2, 2]]
+
+
+def test_replica_batches(capsys) -> None:
+    assert ex.replica_batch_sizes() == RIGHT_BATCHES
+    ex.check_replica_batches(RIGHT_BATCHES)
+    assert "[pass] replica_batches: 5 steps of [4, 4] and a last step of [2, 2]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "guess, hint",
+    [
+        ([[8, 8]] * 5 + [[4, 4]], "Each replica got the whole global batch of 8"),
+        ([[4, 4]] * 5, "5 steps: without drop_remainder the 4 examples left over make a step of their own"),
+        ([[4, 4]] * 11, "11 steps count each replica's batches one after the other"),
+        ([[4, 4]] * 6, "The last step holds only the 4 examples left over, not 8: nothing pads it"),
+        ([[4, 4]] * 5 + [[4, 0]], "The last global batch of 4 goes 2 and 2"),
+        ([[4, 4]] * 5 + [[1, 1]], "the run gave 5 steps of [4, 4] and a last of [2, 2]"),
+        ([[4]] * 11, "Set BATCHES to a list with one [replica 0, replica 1] pair"),
+    ],
+)
+def test_replica_batches_mistakes(guess, hint) -> None:
+    fails_with(ex.check_replica_batches, guess, "Exercise replica_batches", hint)
+
+
+def test_replica_batches_placeholder() -> None:
+    with pytest.raises(ExerciseError, match="not done yet"):
+        ex.check_replica_batches(None)

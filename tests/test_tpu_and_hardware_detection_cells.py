@@ -384,3 +384,26 @@ def test_the_notebook_asks_colab_for_a_cpu_runtime() -> None:
     for nb in (MASTER, student):
         assert "accelerator" not in nb["metadata"]
         assert "gpuType" not in nb["metadata"].get("colab", {})
+
+
+# --------------------------------------------------------------------------- predictions before reveals
+
+
+@pytest.mark.parametrize(
+    "exercise, reveal, answer",
+    [
+        ("trace_count", "def count_compilations(dataset):", "compiled for [(4,), (2,)]"),
+        ("replica_batches", NAIVE, "[(2, 6), (2, 6)]"),
+    ],
+)
+def test_each_prediction_is_asked_before_the_cell_that_shows_it(exercise, reveal, answer) -> None:
+    """The reveal is a demo the section has anyway: it comes after the check, and no cell above the
+    question prints the answer."""
+    cells = MASTER["cells"]
+    asked = next(
+        i for i, c in enumerate(cells) if c["metadata"].get("course", {}).get("exercise") == exercise
+    )
+    shown = cells.index(cell(reveal))
+    assert asked < shown
+    assert answer in stored_stdout(cells[shown])
+    assert not any(answer in stored_stdout(c) for c in cells[:asked] if c["cell_type"] == "code")

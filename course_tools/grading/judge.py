@@ -99,6 +99,8 @@ JUDGED: dict[str, Judged] = {
     "adam_update_factor": Judged("custom_training_loops", "check_adam_update_factor", ("literal:PREDICTION",)),
     "predict_clip_factor": Judged("loss_scaling_pitfalls", "check_predict_clip_factor", ("literal:PREDICTION",)),
     "shard_count": Judged("parameter_servers", "check_shard_count", ("literal:PREDICTION",)),
+    "trace_count": Judged("tpu_and_hardware_detection", "check_trace_count", ("literal:TRACES",)),
+    "replica_batches": Judged("tpu_and_hardware_detection", "check_replica_batches", ("literal:BATCHES",)),
     "ps_placement": Judged("parameter_servers", "check_ps_placement", ("fn:ps_placement",),
                            leaves_out=("observed",)),
     "pipelined_throughput": Judged("performance", "check_pipelined_throughput", ("fn:pipelined_throughput",)),

@@ -9,6 +9,10 @@ Both coding checks run the student's code on one device and on 2 replicas over v
   trace, only tensors in ``strategy.run``'s args (``TPUStrategy.run`` converts every one to a tensor),
   several steps per call, static shapes, a built optimizer, the weights one device gets (also on even data).
 * ``global_batches``: a prediction of the global batch on three machines (arithmetic).
+* ``trace_count`` and ``replica_batches``: predictions (literals, read by the grader's judge) of how
+  many times a jit-compiled step is traced over a run whose last batch is short, without and with
+  ``drop_remainder``, and of each replica's batch at each step of a 2-replica run; the checks make the
+  count and the run themselves.
 """
 
 from __future__ import annotations
@@ -48,6 +52,162 @@ def check_data(examples: int = EXAMPLES) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+# --------------------------------------------------------------------------- trace_count
+
+#: trace_count: a jit-compiled step over TRACE_EPOCHS epochs of TRACE_EXAMPLES numbers in batches of
+#: TRACE_BATCH (3 steps an epoch, the last of 2 numbers), without and with drop_remainder.
+TRACE_EXAMPLES, TRACE_BATCH, TRACE_EPOCHS = 10, 4, 2
+TRACE_KEYS = ("batch(4)", "batch(4, drop_remainder=True)")
+
+
+def traced_shapes(drop_remainder: bool) -> list[tuple]:
+    """The shapes the section's ``step`` is traced for over the run: its Python runs once per trace."""
+    tf = _tf()
+    shapes: list[tuple] = []
+
+    @tf.function(jit_compile=True)
+    def step(batch: Any) -> Any:
+        shapes.append(tuple(batch.shape))
+        return tf.reduce_sum(batch * 2.0)
+
+    numbers = tf.data.Dataset.range(TRACE_EXAMPLES).map(lambda i: tf.cast(i, tf.float32))
+    for _ in range(TRACE_EPOCHS):
+        for batch in numbers.batch(TRACE_BATCH, drop_remainder=drop_remainder):
+            step(batch)
+    expect(len(shapes) == step.experimental_get_tracing_count(), "The check's own count is off.")
+    return shapes
+
+
+def _counts(prediction: Any, name: str, keys: tuple[str, ...]) -> dict[str, int]:
+    """The prediction as {key: whole number}; a hint when it has another form, NotImplementedError
+    while it is the placeholder."""
+    expect(
+        isinstance(prediction, dict) and set(prediction) == set(keys),
+        f"Set {name} to a dict with a count for each of {', '.join(repr(k) for k in keys)} (got {prediction!r}).",
+    )
+    if any(v is None or v is Ellipsis for v in prediction.values()):
+        raise NotImplementedError
+    for key, value in prediction.items():
+        expect(
+            isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer(),
+            f"{name}[{key!r}] should be a whole number (got {value!r}).",
+        )
+    return {key: int(prediction[key]) for key in keys}
+
+
+def check_trace_count(prediction: Any) -> None:
+    """``TRACES = {"batch(4)": ..., "batch(4, drop_remainder=True)": ...}``: how many times the
+    section's jit-compiled step is traced over 2 epochs of 10 numbers, without and with drop_remainder."""
+    with exercise("trace_count"):
+        guess = _counts(prediction, "TRACES", TRACE_KEYS)
+        ran = {key: traced_shapes(drop) for key, drop in zip(TRACE_KEYS, (False, True))}
+        want = {key: len(shapes) for key, shapes in ran.items()}
+        steps = {
+            key: TRACE_EPOCHS
+            * (-(-TRACE_EXAMPLES // TRACE_BATCH) if not drop else TRACE_EXAMPLES // TRACE_BATCH)
+            for key, drop in zip(TRACE_KEYS, (False, True))
+        }
+        short, dropped = TRACE_KEYS
+        expect(
+            guess != steps,
+            f"{steps[short]} and {steps[dropped]} are the numbers of steps, but tf.function traces only "
+            "for an input shape it has not seen; a step of a known shape reuses its graph.",
+        )
+        expect(
+            guess[short] != TRACE_EPOCHS * want[short],
+            f"batch(4): {guess[short]} traces an epoch's shapes again each epoch, but a graph outlives "
+            f"the epoch: the second epoch's shapes were seen, so {want[short]} traces in all.",
+        )
+        expect(
+            guess[short] == want[short],
+            f"batch(4): {TRACE_EXAMPLES} numbers by {TRACE_BATCH} end on a batch of "
+            f"{TRACE_EXAMPLES % TRACE_BATCH}, a second shape {ran[short]}, so {want[short]} traces, not "
+            f"{guess[short]}.",
+        )
+        expect(
+            guess[dropped] == want[dropped],
+            f"drop_remainder=True drops the {TRACE_EXAMPLES % TRACE_BATCH} left over: every batch has "
+            f"shape {ran[dropped][0]}, so {want[dropped]} trace, not {guess[dropped]}.",
+        )
+    passed(
+        "trace_count",
+        f"{TRACE_EPOCHS} epochs, traced for {ran[short]} without drop_remainder and {ran[dropped]} with it.",
+    )
+
+
+# --------------------------------------------------------------------------- replica_batches
+
+
+def replica_batch_sizes() -> list[list[int]]:
+    """Each step's batch size on each of 2 replicas: naive_loop's data (EXAMPLES in global batches
+    of GLOBAL_BATCH, no drop_remainder) through ``experimental_distribute_dataset``."""
+    tf = _tf()
+    strategy = _two_replicas()
+    x, y = check_data()
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
+    return [
+        [int(t.shape[0]) for t in strategy.experimental_local_results(images)]
+        for images, _ in strategy.experimental_distribute_dataset(dataset)
+    ]
+
+
+def check_replica_batches(prediction: Any) -> None:
+    """``BATCHES = [[replica 0, replica 1], ...]``: each step's batch size on each of 2 replicas,
+    for 44 examples in global batches of 8 without drop_remainder."""
+    with exercise("replica_batches"):
+        if prediction is None or prediction is Ellipsis:
+            raise NotImplementedError
+        expect(
+            isinstance(prediction, (list, tuple))
+            and all(
+                isinstance(pair, (list, tuple))
+                and len(pair) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+                for pair in prediction
+            ),
+            "Set BATCHES to a list with one [replica 0, replica 1] pair of whole numbers per step "
+            f"(got {prediction!r}).",
+        )
+        guess = [list(pair) for pair in prediction]
+        want = replica_batch_sizes()
+        whole, left = divmod(EXAMPLES, GLOBAL_BATCH)
+        half = GLOBAL_BATCH // 2
+        expect(
+            not guess or guess[0] != [GLOBAL_BATCH, GLOBAL_BATCH],
+            f"Each replica got the whole global batch of {GLOBAL_BATCH}: experimental_distribute_dataset "
+            f"splits every global batch between the replicas, {half} each.",
+        )
+        expect(
+            len(guess) != whole,
+            f"{len(guess)} steps: without drop_remainder the {left} examples left over make a step "
+            f"of their own, step {whole + 1}.",
+        )
+        expect(
+            len(guess) != 2 * whole + 1,
+            f"{len(guess)} steps count each replica's batches one after the other; a step gives every "
+            "replica its share of one global batch at once.",
+        )
+        last = guess[-1] if len(guess) == len(want) else None
+        expect(
+            last is None or sum(last) <= left,
+            f"The last step holds only the {left} examples left over, not {sum(last or [])}: nothing pads it.",
+        )
+        expect(
+            last is None or last != [left, 0],
+            f"The last global batch of {left} goes {want[-1][0]} and {want[-1][1]}: it is split between "
+            "the replicas as evenly as it goes, not given to replica 0 first.",
+        )
+        expect(
+            guess == want,
+            f"On 2 replicas the run gave {whole} steps of {want[0]} and a last of {want[-1]}; you "
+            f"predicted {guess}.",
+        )
+    passed(
+        "replica_batches",
+        f"{whole} steps of {want[0]} and a last step of {want[-1]}: the short global batch, split in two.",
+    )
+
+
 # --------------------------------------------------------------------------- tpu_input_fn
 
 
@@ -70,6 +230,12 @@ def _steps(strategy: Any, dataset_fn: Callable[[Any], Any]) -> tuple[Any, list[l
         for batch in itertools.islice(dataset, MAX_STEPS)
     ]
     return dataset.element_spec, steps
+
+
+def _stride(ids: list[int]) -> int:
+    """``k`` when ``ids`` are every ``k``-th example (a shard of ``k``), else 1."""
+    steps = {b - a for a, b in zip(ids, ids[1:])}
+    return steps.pop() if len(steps) == 1 and len(ids) > 2 else 1
 
 
 def _batch_dim(spec: Any) -> Any:
@@ -96,13 +262,40 @@ def check_tpu_input_fn(make_dataset_fn: Callable[[Any, Any, int], Any]) -> None:
         whole = EXAMPLES // GLOBAL_BATCH
         want = [list(range(s * GLOBAL_BATCH, (s + 1) * GLOBAL_BATCH)) for s in range(whole)]
 
-        spec_1, steps_1 = _steps(tf.distribute.get_strategy(), dataset_fn)
+        try:
+            spec_1, steps_1 = _steps(tf.distribute.get_strategy(), dataset_fn)
+        except tf.errors.InvalidArgumentError as error:
+            expect(
+                "Number of shards" not in str(error) and "Index must be" not in str(error),
+                "dataset.shard got its arguments the wrong way round: the count comes first, "
+                "shard(ctx.num_input_pipelines, ctx.input_pipeline_id).",
+            )
+            raise
         expect(
             _batch_dim(spec_1) is not None,
             f"The batch dimension is None: {EXAMPLES} examples leave a short last batch, a new shape "
             "that a TPU compiles again. Batch with drop_remainder=True.",
         )
         got_1 = [s[0] for s in steps_1]
+        stride = _stride(sum(got_1, []))
+        expect(
+            stride == 1,
+            f"On one device your dataset_fn read one example in {stride}: a shard count written in; "
+            "shard(ctx.num_input_pipelines, ctx.input_pipeline_id), 1 pipeline here.",
+        )
+        sizes = {len(batch) for batch in got_1}
+        size = min(sizes, default=GLOBAL_BATCH)
+        expect(
+            len(sizes) != 1 or size == GLOBAL_BATCH or GLOBAL_BATCH % size,
+            f"On one device your batches hold {size} of the global batch's {GLOBAL_BATCH}: a replica "
+            f"count written in (/ {GLOBAL_BATCH // size}); ctx.get_per_replica_batch_size(global_batch) "
+            f"is {GLOBAL_BATCH} there.",
+        )
+        expect(
+            bool(got_1),
+            f"On one device your dataset_fn gave no whole batch of {GLOBAL_BATCH}: shard and batch with "
+            "ctx.num_input_pipelines and ctx.get_per_replica_batch_size(global_batch), no number written in.",
+        )
         expect(
             got_1 == want,
             f"On one device, the batches should be the examples in order, {whole} batches of "
@@ -124,6 +317,12 @@ def check_tpu_input_fn(make_dataset_fn: Callable[[Any, Any, int], Any]) -> None:
             "batch by ctx.get_per_replica_batch_size(global_batch), with drop_remainder=True.",
         )
         together = [sum(replicas, []) for replicas in steps_2]
+        stride = _stride(sorted(sum(together, [])))
+        expect(
+            stride == 1,
+            f"On 2 replicas your dataset_fn read one example in {stride}: it shards by the replica count, "
+            "but one input pipeline feeds both replicas here; shard by ctx.num_input_pipelines.",
+        )
         expect(
             together == want,
             "On 2 replicas the examples of a step are not one device's batch: "
@@ -315,7 +514,7 @@ def _judge(run: dict[str, Any], where: str, examples: int) -> None:
     expect(
         not run["built_by_a_step"],
         f"{where} the optimizer was never built, so the first step makes its variables inside the "
-        "compiled step: a second trace here, and on 2 replicas a crash (keras-team/keras#23085). Call "
+        "compiled step: a second trace here, and on 2 replicas of Keras 3.15.1 a crash (keras-team/keras#23085). Call "
         "optimizer.build(model.trainable_variables) inside strategy.scope() before the first step.",
     )
     expect(
