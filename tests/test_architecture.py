@@ -180,6 +180,9 @@ def test_the_core_is_small() -> None:
     # and the fit path (compare.py, +190 lines) raised them by 200; the package's by 150 more for the
     # exercises that hand the student a strategy and a dataset judged outside the kernel (recipes), and
     # by 100 more for notebook 01's replica_step, the first of the tf.distribute exercises that
-    # notebooks 01, 06, 09 and 11 lacked (its check and hints, exercises/data_parallelism.py, +95 lines).
+    # notebooks 01, 06, 09 and 11 lacked (its check and hints, exercises/data_parallelism.py, +95 lines);
+    # by 200 more for notebook 11's jax_collectives (a step compiled for reference, in a fresh JAX
+    # process where the grader's Keras runs on TensorFlow; its HLO read; the hints) and
+    # jax_tensor_parallel's biases (+204 lines).
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 11450, f"course_utils is {whole} lines"
+    assert whole <= 11650, f"course_utils is {whole} lines"
