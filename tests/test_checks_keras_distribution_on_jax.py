@@ -42,14 +42,46 @@ per_example = lambda y, logits: keras.losses.sparse_categorical_crossentropy(y, 
 
 
 def layout(mesh_shape=(1, 2), keys=(".*up/kernel$", ".*down/kernel$"), up=(None, "model"), down=("model", None),
-           axes=("batch", "model")):
+           axes=("batch", "model"), biases={".*up/bias$": ("model",), ".*down/bias$": ("model",)}):
     def tensor_parallel(devices):
         mesh = keras.distribution.DeviceMesh(mesh_shape, list(axes), devices=devices)
         layout_map = keras.distribution.LayoutMap(mesh)
         layout_map[keys[0]] = up
         layout_map[keys[1]] = down
+        for key, bias in biases.items():
+            layout_map[key] = bias
         return layout_map
     return tensor_parallel
+
+
+def predicted(dp, mp):
+    return {"DataParallel": dp, "ModelParallel": mp}
+
+
+RIGHT_DP, RIGHT_MP = {"all-reduce": 848}, {"all-reduce": 256}
+COLLECTIVES = {
+    "right": predicted(RIGHT_DP, RIGHT_MP),
+    "spelled otherwise": predicted({"AllReduce": 4 * 212}, {"all_reduce": 4 * 16 * 4}),
+    "floats": predicted({"all-reduce": 212}, RIGHT_MP),
+    "batch": predicted({"all-reduce": 512}, RIGHT_MP),
+    "batch and labels": predicted({"all-reduce": 576}, RIGHT_MP),
+    "activations": predicted({"all-reduce": 256}, RIGHT_MP),
+    "half the gradients": predicted({"all-reduce": 424}, RIGHT_MP),
+    "kernels only": predicted({"all-reduce": 768}, RIGHT_MP),
+    "gather": predicted({"all-gather": 848}, RIGHT_MP),
+    "nothing": predicted({}, RIGHT_MP),
+    "mp gradients": predicted(RIGHT_DP, {"all-reduce": 848}),
+    "mp floats": predicted(RIGHT_DP, {"all-reduce": 64}),
+    "mp hidden": predicted(RIGHT_DP, {"all-reduce": 1024}),
+    "mp half": predicted(RIGHT_DP, {"all-reduce": 128}),
+    "mp batch": predicted(RIGHT_DP, {"all-reduce": 512}),
+    "mp gather and scatter": predicted(RIGHT_DP, {"all-gather": 512, "reduce-scatter": 256}),
+    "mp other": predicted(RIGHT_DP, {"all-reduce": 300}),
+    "unknown kind": predicted(RIGHT_DP, {"broadcast": 256}),
+    "not a dict": predicted(848, RIGHT_MP),
+    "wrong keys": {"DataParallel": RIGHT_DP},
+    "blank": predicted(None, None),
+}
 
 
 def blank(*args):
@@ -74,6 +106,10 @@ ANSWERS = {
     "port_loss blank": (ex.check_port_loss, blank),
     "tensor_parallel right": (ex.check_tensor_parallel, layout()),
     "tensor_parallel anchored paths": (ex.check_tensor_parallel, layout(keys=("^block/up/kernel$", "^block/down/kernel$"))),
+    "tensor_parallel one bias key": (ex.check_tensor_parallel, layout(biases={".*bias$": ("model",)})),
+    "tensor_parallel biases whole": (ex.check_tensor_parallel, layout(biases={})),
+    "tensor_parallel down bias whole": (ex.check_tensor_parallel, layout(biases={".*up/bias$": ("model",)})),
+    "tensor_parallel bias replicated": (ex.check_tensor_parallel, layout(biases={".*up/bias$": ("model",), ".*down/bias$": (None,)})),
     "tensor_parallel search-only keys": (ex.check_tensor_parallel, layout(keys=("up/kernel", "down/kernel"))),
     "tensor_parallel unanchored end": (ex.check_tensor_parallel, layout(keys=(".*up/kernel", ".*down/kern"))),
     "tensor_parallel no model axis": (ex.check_tensor_parallel, layout(mesh_shape=(2, 1))),
@@ -82,6 +118,7 @@ ANSWERS = {
     "tensor_parallel columns second": (ex.check_tensor_parallel, layout(down=(None, "model"))),
     "tensor_parallel nothing split": (ex.check_tensor_parallel, layout(up=(None, None), down=(None, None))),
     "tensor_parallel blank": (ex.check_tensor_parallel, blank),
+    **{f"collectives {name}": (ex.check_collectives, prediction) for name, prediction in COLLECTIVES.items()},
 }
 outcome = {}
 for name, (check, answer) in ANSWERS.items():
@@ -116,7 +153,9 @@ def test_the_checks_run_without_tensorflow(judged: dict) -> None:
     assert judged["tensorflow"] is False
 
 
-@pytest.mark.parametrize("name", ["shard_batch right", "port_loss right", "tensor_parallel right"])
+@pytest.mark.parametrize(
+    "name", ["shard_batch right", "port_loss right", "tensor_parallel right", "collectives right"]
+)
 def test_right_answers_pass(judged: dict, name: str) -> None:
     assert judged["outcome"][name] == "pass"
 
@@ -124,6 +163,7 @@ def test_right_answers_pass(judged: dict, name: str) -> None:
 def test_other_right_answers_pass(judged: dict) -> None:
     assert judged["outcome"]["port_loss sum over len"] == "pass"
     assert judged["outcome"]["tensor_parallel anchored paths"] == "pass"
+    assert judged["outcome"]["tensor_parallel one bias key"] == "pass"
 
 
 def test_shard_batch_mistakes(judged: dict) -> None:
@@ -169,6 +209,73 @@ def test_tensor_parallel_mistakes(judged: dict) -> None:
     _fails(judged, "tensor_parallel columns second", "jax_tensor_parallel", "by rows")
     _fails(judged, "tensor_parallel nothing split", "jax_tensor_parallel", "block/up/kernel is not split")
     _fails(judged, "tensor_parallel blank", "jax_tensor_parallel", "not done yet")
+    _fails(
+        judged, "tensor_parallel biases whole", "jax_tensor_parallel", "block/up/bias is whole", '("model",)'
+    )
+    _fails(judged, "tensor_parallel down bias whole", "jax_tensor_parallel", "block/down/bias is whole")
+    _fails(judged, "tensor_parallel bias replicated", "jax_tensor_parallel", "block/down/bias is whole")
+
+
+def test_collectives_mistakes(judged: dict) -> None:
+    assert judged["outcome"]["collectives spelled otherwise"] == "pass"
+    ex = "jax_collectives"
+    _fails(judged, "collectives floats", ex, "212 float32 values, not bytes")
+    _fails(
+        judged, "collectives batch", ex, "DataParallel", "size of the batch, which never moves", "gradients"
+    )
+    _fails(judged, "collectives batch and labels", ex, "size of the batch")
+    _fails(judged, "collectives activations", ex, "activations, which stay on their device", "gradients")
+    _fails(judged, "collectives half the gradients", ex, "gradient of EVERY weight")
+    _fails(judged, "collectives kernels only", ex, "biases have gradients too")
+    _fails(judged, "collectives gather", ex, "['all-gather'] under DataParallel", "all-reduce of 848 bytes")
+    _fails(judged, "collectives nothing", ex, "no collective under DataParallel")
+    _fails(
+        judged, "collectives mp gradients", ex, "DataParallel's all-reduce of the gradients", "partial sum"
+    )
+    _fails(judged, "collectives mp floats", ex, "64 float32 values")
+    _fails(judged, "collectives mp hidden", ex, "hidden layer's activations")
+    _fails(judged, "collectives mp half", ex, "partial sum of ALL 4 outputs")
+    _fails(judged, "collectives mp batch", ex, "ModelParallel", "batch axis has 1 device")
+    _fails(judged, "collectives mp gather and scatter", ex, "all-reduce of 256 bytes", "partial sum")
+    _fails(judged, "collectives mp other", ex, "300 bytes", "256 bytes.")
+    _fails(judged, "collectives unknown kind", ex, "'broadcast' is not a collective")
+    _fails(judged, "collectives not a dict", ex, "should be a dict")
+    _fails(judged, "collectives wrong keys", ex, "Set PREDICTION to a dict")
+    _fails(judged, "collectives blank", ex, "not done yet")
+
+
+def test_collectives_judged_where_keras_runs_on_tensorflow() -> None:
+    """A grader's Keras runs on TensorFlow (as this session's): the check compiles its reference
+    steps in a fresh process with Keras on JAX, and judges alike."""
+    import keras
+
+    from course_utils.errors import ExerciseError
+    from course_utils.exercises import keras_distribution_on_jax as ex
+
+    assert keras.backend.backend() == "tensorflow"
+    assert ex.reference_collectives() == {
+        "DataParallel": {"all-reduce": 848},
+        "ModelParallel": {"all-reduce": 256},
+    }
+    ex.check_collectives({"DataParallel": {"all-reduce": 848}, "ModelParallel": {"all-reduce": 256}})
+    with pytest.raises(ExerciseError, match="212 float32 values, not bytes"):
+        ex.check_collectives({"DataParallel": {"all-reduce": 212}, "ModelParallel": {"all-reduce": 256}})
+
+
+def test_collectives_read_from_hlo_text() -> None:
+    """Tuples count every array, an async start once (a gather's start: its result), a done never."""
+    from course_utils.exercises.keras_distribution_on_jax import collectives_in
+
+    text = """
+  %all-reduce.5 = (f32[], f32[16,8]{1,0}, /*index=5*/f32[4]{0}) all-reduce(%a, %b, %c), channel_id=1
+  %ars = bf16[8]{0} all-reduce-start(%d), channel_id=2
+  %ard = bf16[8]{0} all-reduce-done(%ars)
+  %ags = (f32[16,2]{1,0}, f32[16,4]{1,0}) all-gather-start(%e), dimensions={1}
+  %agd = f32[16,4]{1,0} all-gather-done(%ags)
+  ROOT %rs = f32[4]{0} reduce-scatter(%f), dimensions={0}
+  %fusion = f32[16]{0} fusion(%all-reduce.5), kind=kLoop
+"""
+    assert collectives_in(text) == {"all-reduce": 4 + 512 + 16 + 16, "all-gather": 256, "reduce-scatter": 16}
 
 
 def test_the_backend_is_set_before_keras_starts(monkeypatch: pytest.MonkeyPatch) -> None:

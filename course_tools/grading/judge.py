@@ -104,6 +104,7 @@ JUDGED: dict[str, Judged] = {
     "ps_placement": Judged("parameter_servers", "check_ps_placement", ("fn:ps_placement",),
                            leaves_out=("observed",)),
     "pipelined_throughput": Judged("performance", "check_pipelined_throughput", ("fn:pipelined_throughput",)),
+    "jax_collectives": Judged("keras_distribution_on_jax", "check_collectives", ("literal:PREDICTION",)),
     # distributed code: the check hands it a strategy and a dataset, which cross as recipes
     "global_mean": Judged("setup_and_hardware", "check_global_mean", ("fn:global_mean",)),
 }

@@ -9,15 +9,20 @@ far above float noise: :func:`same_footing`). Nothing here imports TensorFlow (C
   axis; two steps on it (labels placed by it too) give one device's update;
 * ``jax_port_loss``: notebook 04's loss ported to a jitted step keeps ``compute_average_loss``'s
   default divisor (batch times devices): half of one device's update on global arrays, until fixed;
-* ``jax_tensor_parallel``: a ``LayoutMap`` splitting a two-layer block the tensor-parallel way
-  (first kernel by columns, second by rows), with keys ``re.search`` (Keras 3.13) and
-  ``re.fullmatch`` (3.14+) read alike, and one device's update.
+* ``jax_tensor_parallel``: a ``LayoutMap`` splitting every weight of a two-layer block, the kernels
+  the tensor-parallel way (first by columns, second by rows) and both biases, with keys
+  ``re.search`` (Keras 3.13) and ``re.fullmatch`` (3.14+) read alike, and one device's update;
+* ``jax_collectives``: a prediction of the collectives XLA compiles into one step of that block
+  under ``DataParallel`` and under Megatron-LM's layout, and their bytes, judged against a step
+  the check compiles itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
+import sys
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
@@ -281,7 +286,7 @@ def _shard_shapes(variable: Any) -> set[tuple[int, ...]]:
 
 def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
     """``tensor_parallel(devices)`` returns the ``LayoutMap`` of a (batch 1, model 2) mesh that splits
-    ``block/up/kernel`` by columns and ``block/down/kernel`` by rows."""
+    ``block/up/kernel`` by columns, ``block/down/kernel`` by rows and both biases: every weight."""
     with exercise("jax_tensor_parallel"):
         import keras
 
@@ -321,9 +326,208 @@ def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
             'Split block/down/kernel by rows, ("model", None): each device then multiplies the half of '
             "the hidden units it computed.",
         )
+        for variable in model.trainable_variables:  # every weight split: no device holds one whole
+            expect(
+                _shard_shapes(variable) != {tuple(variable.shape)},
+                f'{variable.path} is whole on each device: split it over "model" too (a bias: ("model",)).',
+            )
         _same_update(two, one, "Split this way, the block should train as on one device")
     passed(
         "jax_tensor_parallel",
-        "up's kernel split by columns, down's by rows, keys read alike by Keras 3.13 and 3.14+, "
-        "one device's update.",
+        "up's kernel split by columns, down's by rows, both biases split, keys read alike by Keras 3.13 "
+        "and 3.14+, one device's update.",
+    )
+
+
+# --------------------------------------------------------------------------- jax_collectives
+
+#: The collectives XLA's SPMD partitioner writes into a compiled step, and the bytes of its dtypes.
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+_BYTES = {"f64": 8, "s64": 8, "f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2, "s8": 1, "u8": 1, "pred": 1}
+_LINE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s(" + "|".join(COLLECTIVES) + r")(-start)?\(")
+
+
+def collectives_in(hlo_text: str) -> dict[str, int]:
+    """The collectives of a compiled step's HLO text: kind -> the bytes of their results, summed (an
+    all-reduce's: the arrays it adds). An async ``*-start`` counts once (a gather's: its result)."""
+    found: dict[str, int] = {}
+    for match in filter(None, map(_LINE.match, hlo_text.splitlines())):
+        shape, kind, start = match.groups()
+        arrays = re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", shape)
+        arrays = arrays[-1:] if start and kind != "all-reduce" and shape.startswith("(") else arrays
+        size = sum(
+            _BYTES.get(t, 4) * int(np.prod([int(d) for d in dims.split(",") if d])) for t, dims in arrays
+        )
+        found[kind] = found.get(kind, 0) + size
+    return found
+
+
+def megatron_layout(devices: list) -> Any:
+    """Megatron-LM's layout of :func:`make_block`: up's kernel and bias by columns, down's kernel by
+    rows, down's bias whole."""
+    import keras
+
+    layouts = keras.distribution.LayoutMap(
+        keras.distribution.DeviceMesh((1, 2), ["batch", "model"], devices=devices)
+    )
+    layouts[".*up/kernel$"], layouts[".*up/bias$"] = (None, "model"), ("model",)
+    layouts[".*down/kernel$"] = ("model", None)
+    return layouts
+
+
+def step_collectives(distribution: Any) -> dict[str, int]:
+    """:func:`collectives_in` one jitted SGD step of :func:`make_block` on the check's batch under
+    ``distribution``, compiled; the step returns only the new weights."""
+    import jax
+    import keras
+
+    previous = keras.distribution.distribution()
+    keras.distribution.set_distribution(distribution)
+    try:
+        model, optimizer = make_block(), keras.optimizers.SGD(learning_rate=0.1)
+        optimizer.build(model.trainable_variables)
+
+        def loss(trainable: Any, x: Any, y: Any) -> Any:
+            return mean_loss(y, model.stateless_call(trainable, [], x)[0])
+
+        def step(trainable: Any, slots: Any, x: Any, y: Any) -> Any:
+            return optimizer.stateless_apply(slots, jax.grad(loss)(trainable, x, y), trainable)
+
+        data = [
+            keras.distribution.distribute_tensor(a, distribution.get_data_layout(a.shape))
+            for a in check_data()
+        ]
+        weights, slots = [v.value for v in model.trainable_variables], [v.value for v in optimizer.variables]
+        return collectives_in(jax.jit(step).lower(weights, slots, *data).compile().as_text() or "")
+    finally:
+        keras.distribution.set_distribution(previous)
+
+
+def measured_collectives() -> dict[str, dict[str, int]]:
+    """:func:`step_collectives` under ``DataParallel`` and Megatron's ``ModelParallel`` on
+    :func:`two_devices` (Keras on JAX, in this process)."""
+    import keras
+
+    devices = two_devices()
+    megatron = keras.distribution.ModelParallel(layout_map=megatron_layout(devices), batch_dim_name="batch")
+    return {
+        "DataParallel": step_collectives(keras.distribution.DataParallel(devices=devices)),
+        "ModelParallel": step_collectives(megatron),
+    }
+
+
+@functools.lru_cache(maxsize=1)
+def _measured_in_a_jax_process() -> dict[str, dict[str, int]]:
+    from ..processes import last_result, run_python
+
+    code = (
+        "from course_utils import config\nfrom course_utils.lessons.keras_on_jax import setup_jax\n"
+        "setup_jax(config.load(), cpus=2, show_report=False)\n"
+        "from course_utils.exercises import keras_distribution_on_jax as ex\n"
+        "from course_utils.processes import print_result\nprint_result(ex.measured_collectives())\n"
+    )
+    result = run_python(code, env={"KERAS_BACKEND": "jax", "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"})
+    if not result.ok:
+        raise ExerciseError(f"compiling the reference steps on JAX failed: {result.stderr.strip()[-300:]}")
+    data: dict[str, dict[str, int]] = last_result(result.stdout)
+    return data
+
+
+def reference_collectives() -> dict[str, dict[str, int]]:
+    """:func:`measured_collectives` here when Keras runs on JAX (the notebook), else in a fresh
+    process with Keras on JAX and 2 CPU devices (a grader whose Keras runs on TensorFlow)."""
+    keras = sys.modules.get("keras")
+    if keras is not None and hasattr(keras, "backend") and keras.backend.backend() == "jax":
+        return measured_collectives()
+    return _measured_in_a_jax_process()
+
+
+def _read(layout: str, value: Any) -> dict[str, float]:
+    """``PREDICTION[layout]``, ``{collective: bytes}``, its names as the HLO writes them."""
+    if value is None or value is Ellipsis or Ellipsis in getattr(value, "values", list)():
+        raise NotImplementedError
+    expect(
+        isinstance(value, dict),
+        f'PREDICTION["{layout}"] should be a dict {{collective: bytes}} (got {value!r}).',
+    )
+    read: dict[str, float] = {}
+    for name, size in value.items():
+        letters = re.sub(r"[^a-z]", "", str(name).lower())
+        kind = next((k for k in COLLECTIVES if k.replace("-", "") == letters), None)
+        expect(kind is not None, f"{name!r} is not a collective XLA writes: one of {', '.join(COLLECTIVES)}.")
+        if size is None:
+            raise NotImplementedError
+        expect(
+            isinstance(size, (int, float)) and not isinstance(size, bool),
+            f'PREDICTION["{layout}"][{name!r}] should be a number of bytes (got {size!r}).',
+        )
+        read[str(kind)] = read.get(str(kind), 0) + size
+    return read
+
+
+#: A wrong byte count that names its mistake: (layout, the size it equals) -> the hint. The sizes are
+#: make_block's (8 -> 16 -> 4) on the check's 16 examples, float32.
+_WEIGHTS, _LOGITS, _HIDDEN, _X, _Y = 4 * (8 * 16 + 16 + 16 * 4 + 4), 4 * 16 * 4, 4 * 16 * 16, 4 * 16 * 8, 4 * 16  # fmt: skip
+_BATCH = "that is the size of the batch, which never moves"
+_MISTAKES: dict[tuple[str, float], str] = {
+    **{("DataParallel", size): f"{_BATCH}: each device keeps its 8 examples; the all-reduce adds the two "
+       "devices' gradients, one per weight" for size in (_X, _X + _Y, _Y)},
+    **{("ModelParallel", size): f"{_BATCH}: the batch axis has 1 device, both hold it all" for size in (_X, _X + _Y, _Y)},
+    **{("DataParallel", size): "that is the size of activations, which stay on their device under DataParallel; "
+       "the all-reduce adds the two devices' gradients, one per weight" for size in (_LOGITS, _HIDDEN)},
+    ("DataParallel", _WEIGHTS / 2): "each device computes the gradient of EVERY weight (from its 8 examples): the "
+    "all-reduce adds two whole gradients",
+    ("DataParallel", 4 * (8 * 16 + 16 * 4)): "the biases have gradients too",
+    ("ModelParallel", _WEIGHTS): "that is DataParallel's all-reduce of the gradients; here the batch is whole on "
+    "both devices, so each device's gradient of its own slices is complete: what is added is down's output, a "
+    "partial sum on each device",
+    ("ModelParallel", _HIDDEN): "that is the hidden layer's activations: each device keeps its 8 hidden units; what "
+    "is added is down's 16 x 4 partial outputs",
+    ("ModelParallel", _LOGITS / 2): "each device holds a partial sum of ALL 4 outputs of all 16 examples, not half "
+    "of them",
+}  # fmt: skip
+_WHY = {
+    "DataParallel": "each device holds every weight and the gradient of its own 8 examples: XLA adds the two "
+    "gradients with an all-reduce",
+    "ModelParallel": "down's rows split give each device a partial sum of down's 16 x 4 outputs (from its 8 hidden "
+    "units): XLA adds them with an all-reduce",
+}
+_TYPICAL = {"DataParallel": {"all-reduce": _WEIGHTS}, "ModelParallel": {"all-reduce": _LOGITS}}
+
+
+def check_collectives(prediction: Any) -> None:
+    """``PREDICTION = {"DataParallel": {collective: bytes}, "ModelParallel": {collective: bytes}}``: the
+    collectives XLA compiles into one SGD step of ``block`` under each (:func:`reference_collectives`)."""
+    with exercise("jax_collectives"):
+        layouts = ("DataParallel", "ModelParallel")
+        expect(
+            isinstance(prediction, dict) and set(prediction) == set(layouts),
+            'Set PREDICTION to a dict {"DataParallel": {collective: bytes}, "ModelParallel": {collective: '
+            f"bytes}}}} (got {prediction!r}).",
+        )
+        read = {layout: _read(layout, prediction[layout]) for layout in layouts}
+        truth = reference_collectives()
+        for layout in layouts:  # the hints that explain assume the step's typical collectives
+            said, ran, typical = read[layout], truth[layout], truth[layout] == _TYPICAL[layout]
+            shown = ", ".join(f"{kind} of {size} bytes" for kind, size in ran.items()) or "no collective"
+            expect(
+                set(said) == set(ran),
+                f"You predicted {sorted(said) or 'no collective'} under {layout}; the compiled step has {shown}"
+                + (f": {_WHY[layout]}." if typical else "."),
+            )
+            for kind, size in ran.items():
+                guess = said[kind]
+                hint = _MISTAKES.get((layout, guess)) if typical else None
+                if guess * 4 == size:
+                    hint = f"you counted {guess:g} float32 values, not bytes: each is 4 bytes"
+                expect(
+                    guess == size,
+                    f"You predicted {guess:g} bytes for {layout}'s {kind}; the compiled step's is {size} bytes"
+                    + (f": {hint}." if hint else "."),
+                )
+    ran_as = {layout: ", ".join(f"{k} of {v} bytes" for k, v in truth[layout].items()) for layout in layouts}
+    passed(
+        "jax_collectives",
+        f"DataParallel: {ran_as['DataParallel']} (every weight's gradient); ModelParallel: "
+        f"{ran_as['ModelParallel']} (down's partial outputs).",
     )
