@@ -180,6 +180,8 @@ def test_the_core_is_small() -> None:
     # and the fit path (compare.py, +190 lines) raised them by 200; the package's by 150 more for the
     # exercises that hand the student a strategy and a dataset judged outside the kernel (recipes), and
     # by 100 more for notebook 01's replica_step, the first of the tf.distribute exercises that
-    # notebooks 01, 06, 09 and 11 lacked (its check and hints, exercises/data_parallelism.py, +95 lines).
+    # notebooks 01, 06, 09 and 11 lacked (its check and hints, exercises/data_parallelism.py, +95 lines);
+    # by 100 more for notebook 09's predict-then-explain pair on the cost of a call (call_cost_prediction
+    # and call_cost_explanation, their wrong answers' hints, exercises/performance.py, +106 lines).
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 11450, f"course_utils is {whole} lines"
+    assert whole <= 11550, f"course_utils is {whole} lines"

@@ -102,6 +102,10 @@ JUDGED: dict[str, Judged] = {
     "ps_placement": Judged("parameter_servers", "check_ps_placement", ("fn:ps_placement",),
                            leaves_out=("observed",)),
     "pipelined_throughput": Judged("performance", "check_pipelined_throughput", ("fn:pipelined_throughput",)),
+    # judged on the two times the student saw and pasted (SHOWN), never on a later run's timings
+    "call_cost_prediction": Judged("performance", "check_call_cost_prediction",
+                                   ("literal:SHOWN", "literal:PREDICTION")),
+    "call_cost_explanation": Judged("performance", "check_call_cost_explanation", ("literal:EXPLANATION",)),
     # distributed code: the check hands it a strategy and a dataset, which cross as recipes
     "global_mean": Judged("setup_and_hardware", "check_global_mean", ("fn:global_mean",)),
 }
