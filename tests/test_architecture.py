@@ -183,8 +183,10 @@ def test_the_core_is_small() -> None:
     # notebooks 01, 06, 09 and 11 lacked (its check and hints, exercises/data_parallelism.py, +95 lines);
     # by 200 more for notebook 06's predictions trace_count and replica_batches (each check makes its
     # own count or run) and tpu_input_fn's hints for a count written in (+203 lines);
-    # and by 200 more for notebook 11's jax_collectives (a step compiled for reference, in a fresh JAX
+    # by 200 more for notebook 11's jax_collectives (a step compiled for reference, in a fresh JAX
     # process where the grader's Keras runs on TensorFlow; its HLO read; the hints) and
-    # jax_tensor_parallel's biases (+204 lines).
+    # jax_tensor_parallel's biases (+204 lines);
+    # and by 100 more for notebook 09's predict-then-explain pair on the cost of a call (call_cost_prediction
+    # and call_cost_explanation, their wrong answers' hints, exercises/performance.py, +106 lines).
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 11850, f"course_utils is {whole} lines"
+    assert whole <= 11950, f"course_utils is {whole} lines"

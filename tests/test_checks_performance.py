@@ -206,3 +206,94 @@ def test_pipelined_throughput_mistakes(answer, hint: str) -> None:
     with pytest.raises(ExerciseError, match="Exercise pipelined_throughput") as error:
         ex.check_pipelined_throughput(answer)
     assert hint in str(error.value)
+
+
+# --------------------------------------------------------------------------- call_cost_prediction
+
+#: Per-step times (ms) as runs printed them at 1 and 2 steps per call: 2 replicas on 2 busy cores
+#: (c = 2.04, s = 4.19), the default strategy (c = 0.6, s = 1.36), and a short step where the
+#: call's cost is most of the time (c = 0.3, s = 0.2), as on an accelerator.
+SHOWN_RUNS = [{1: 6.23, 2: 5.21}, {1: 1.96, 2: 1.66}, {1: 0.5, 2: 0.35}]
+
+
+def _model(shown: dict) -> tuple[float, float]:
+    a, b = shown[1], shown[2]
+    return 2 * (a - b), 2 * b - a  # c, s
+
+
+@pytest.mark.parametrize("shown", SHOWN_RUNS, ids=["mirrored", "default", "overhead-bound"])
+def test_call_cost_prediction_right_answers_pass(shown, capsys: pytest.CaptureFixture[str]) -> None:
+    fixed, step = _model(shown)
+    for prediction in (step + fixed / 20, step, round(step + fixed / 20, 2)):  # s alone: nearly all of c gone
+        ex.check_call_cost_prediction(shown, prediction)
+    assert capsys.readouterr().out.count("[pass] call_cost_prediction") == 3
+
+
+#: Wrong predictions real reasoning gives, as functions of the shown times a (1 step) and b (2 steps).
+CALL_COST_MISTAKES = {
+    "20 times faster than 1 step": (lambda a, b: a / 20, "is not 20 times faster"),
+    "10 times faster than 2 steps": (lambda a, b: b / 10, "is not 20 times faster"),
+    "no gain beyond 2 steps": (lambda a, b: b, "no faster than at 2 steps per call"),
+    "no gain at all": (lambda a, b: a, "no faster than at 2 steps per call"),
+    "each doubling saves as much": (lambda a, b: a - 4.32 * (a - b), "each step still does its own work"),
+    "each added step saves as much": (lambda a, b: a - 19 * (a - b), "is not 20 times faster"),
+    "the time of a call of 20": (lambda a, b: 2 * (a - b) + 20 * (2 * b - a), "no faster than at 2"),
+    "s + c/2, the 2-step time again": (lambda a, b: (2 * b - a) + (a - b), "no faster than at 2"),
+    "halfway from 2 steps to s": (lambda a, b: (b + 2 * b - a) / 2, "does not follow from SHOWN"),
+    "seconds": (lambda a, b: ((2 * b - a) + (a - b) / 10) / 1000, "looks like seconds"),
+}
+
+
+@pytest.mark.parametrize("shown", SHOWN_RUNS, ids=["mirrored", "default", "overhead-bound"])
+@pytest.mark.parametrize("mistake", sorted(CALL_COST_MISTAKES))
+def test_call_cost_prediction_mistakes(shown, mistake: str) -> None:
+    predict, hint = CALL_COST_MISTAKES[mistake]
+    with pytest.raises(ExerciseError, match="Exercise call_cost_prediction") as error:
+        ex.check_call_cost_prediction(shown, predict(shown[1], shown[2]))
+    assert hint in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("shown", "prediction", "hint"),
+    [
+        (None, None, "is not done yet"),
+        ({1: 6.23, 2: 5.21}, None, "is not done yet"),
+        ({1: 6.23, 2: 6.4}, 6.0, "re-run the timing cell"),  # a busy moment: 2 steps per call slower
+        ({1: 6.23, 2: 3.0}, 0.3, "re-run the timing cell"),  # more than twice as fast: s < 0
+        ([6.23, 5.21], 4.3, "Set SHOWN to the line"),
+        ({"1": 6.23, "2": 5.21}, 4.3, "Set SHOWN to the line"),
+        ({1: 6.23, 2: 5.21}, "4.3 ms", "PREDICTION is one number"),
+    ],
+    ids=["blank", "no prediction", "noise slower", "noise faster", "a list", "string keys", "a string"],
+)
+def test_call_cost_prediction_bad_inputs(shown, prediction, hint: str) -> None:
+    with pytest.raises(ExerciseError, match="Exercise call_cost_prediction") as error:
+        ex.check_call_cost_prediction(shown, prediction)
+    assert hint in str(error.value)
+
+
+# --------------------------------------------------------------------------- call_cost_explanation
+
+
+def test_call_cost_explanation_right_answer_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    for answer in ("b", "B", " (b) "):
+        ex.check_call_cost_explanation(answer)
+    assert capsys.readouterr().out.count("[pass] call_cost_explanation") == 3
+
+
+@pytest.mark.parametrize(
+    ("answer", "hint"),
+    [
+        ("a", "one after another"),
+        ("c", "the same operations on a batch of the same size"),
+        ("d", "only the number of steps in a call changed"),
+        ("e", "EXPLANATION is one letter"),
+        (2, "EXPLANATION is one letter"),
+        (None, "is not done yet"),
+    ],
+    ids=["in parallel", "cheaper arithmetic", "bigger batch", "no such choice", "a number", "blank"],
+)
+def test_call_cost_explanation_mistakes(answer, hint: str) -> None:
+    with pytest.raises(ExerciseError, match="Exercise call_cost_explanation") as error:
+        ex.check_call_cost_explanation(answer)
+    assert hint in str(error.value)

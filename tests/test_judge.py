@@ -270,6 +270,23 @@ def test_a_prediction_left_as_the_placeholder_is_not_done_yet() -> None:
     assert status == "failed" and "is not done yet" in message
 
 
+def test_a_timing_prediction_is_judged_on_the_times_the_student_pasted() -> None:
+    """09's call_cost_prediction: SHOWN and PREDICTION are read from the answer, whatever a later run measures."""
+
+    def answer(prediction: str) -> dict[str, str]:
+        source = f"SHOWN = {{1: 6.23, 2: 5.21}}\nPREDICTION = {prediction}\n"
+        return {"SHOWN": source, "PREDICTION": source}
+
+    assert judged("call_cost_prediction", {}, answer("4.19 + 2.04 / 20"))[0] == "passed"
+    status, message = judged("call_cost_prediction", {}, answer("5.21"))  # no gain beyond 2 steps per call
+    assert status == "failed" and "no faster than at 2 steps per call" in message
+    status, message = judged("call_cost_prediction", {}, answer("6.23 / 20"))  # 20 times faster
+    assert status == "failed" and "is not 20 times faster" in message
+    status, message = judged("call_cost_prediction", {}, answer("measured[20]"))
+    assert status == "failed" and "not computed by code" in message
+    assert judged("call_cost_explanation", {}, {"EXPLANATION": 'EXPLANATION = "b"'})[0] == "passed"
+
+
 def test_an_answer_that_is_not_data_gets_a_hint_not_a_crash() -> None:
     status, message = judged("data_parallel_gradient", {"data_parallel_gradient": lambda m, s: object()})
     assert status == "failed" and "which the grader cannot read" in message

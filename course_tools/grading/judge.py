@@ -105,6 +105,10 @@ JUDGED: dict[str, Judged] = {
                            leaves_out=("observed",)),
     "pipelined_throughput": Judged("performance", "check_pipelined_throughput", ("fn:pipelined_throughput",)),
     "jax_collectives": Judged("keras_distribution_on_jax", "check_collectives", ("literal:PREDICTION",)),
+    # judged on the two times the student saw and pasted (SHOWN), never on a later run's timings
+    "call_cost_prediction": Judged("performance", "check_call_cost_prediction",
+                                   ("literal:SHOWN", "literal:PREDICTION")),
+    "call_cost_explanation": Judged("performance", "check_call_cost_explanation", ("literal:EXPLANATION",)),
     # distributed code: the check hands it a strategy and a dataset, which cross as recipes
     "global_mean": Judged("setup_and_hardware", "check_global_mean", ("fn:global_mean",)),
 }

@@ -9,6 +9,11 @@
   batches only, repeated, and each input pipeline (one per worker) its own shard. Trained on 2
   replicas, it must give one device's update with the global batch.
 * ``pipelined_throughput``: arithmetic, with and without prefetch.
+* ``call_cost_prediction``: ``SHOWN = {1: a, 2: b}``, the per-step times (ms) the notebook's run
+  printed at 1 and 2 steps per call, and ``PREDICTION``, the time per step at 20. A call of k steps
+  takes c + k s, so the prediction must be s + c/20 for the shown times: judged on what the student
+  saw, not on a later run's timings (a grading run on another machine splits c and s otherwise).
+* ``call_cost_explanation``: why the time per step falls, then levels off (one letter).
 """
 
 from __future__ import annotations
@@ -379,3 +384,104 @@ def check_pipelined_throughput(pipelined_throughput: Callable[[float, float, boo
             got = _number(pipelined_throughput(*args), "pipelined_throughput")
             expect(_close(got, want), f"pipelined_throughput{args} should be {want:,.1f}, got {got:,.1f}.")
     passed("pipelined_throughput", "the slower side sets the pace with prefetch; times add up without.")
+
+
+# --------------------------------------------------------------------------- call_cost_prediction
+
+#: call_cost_prediction: the steps per call of the two shown times, and of the prediction.
+SHOWN_AT, PREDICTED_AT = (1, 2), 20
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def call_cost_model(shown: dict) -> tuple[float, float]:
+    """``(c, s)`` in ms, a call's fixed cost and a step's own, from the per-step times ``shown`` at
+    :data:`SHOWN_AT` steps per call (at k steps per call a step takes s + c/k)."""
+    (k1, k2), (a, b) = SHOWN_AT, (float(shown[k]) for k in SHOWN_AT)
+    fixed = (a - b) / (1 / k1 - 1 / k2)
+    return fixed, a - fixed / k1
+
+
+def check_call_cost_prediction(shown: Any, prediction: Any) -> None:
+    """``SHOWN = {1: a, 2: b}``: the per-step times (ms) printed at 1 and 2 steps per call;
+    ``PREDICTION``: the time per step (ms) at :data:`PREDICTED_AT` steps per call."""
+    k = PREDICTED_AT
+    with exercise("call_cost_prediction"):
+        if shown is None or prediction is None:
+            raise NotImplementedError
+        expect(
+            isinstance(shown, dict)
+            and set(shown) == set(SHOWN_AT)
+            and all(map(_finite_number, shown.values())),
+            f"Set SHOWN to the line the timing cell printed, {{1: ..., 2: ...}} in ms (got {shown!r}).",
+        )
+        expect(
+            _finite_number(prediction),
+            f"PREDICTION is one number, the ms per step at {k} (got {prediction!r}).",
+        )
+        a, b, p = float(shown[1]), float(shown[2]), float(prediction)
+        expect(
+            a / 2 < b < a,
+            f"SHOWN = {shown}: 2 steps per call not faster per step, or over twice as fast, is a busy machine, "
+            "not the call's cost: re-run the timing cell and paste its new line.",
+        )
+        fixed, step = call_cost_model(shown)
+        want = step + fixed / k
+        tolerance = 0.25 * (b - want)  # a quarter of what 20 steps per call gains over 2
+        expect(
+            abs(p * 1000 - want) > tolerance,
+            f"PREDICTION = {p:g} looks like seconds: write ms, as SHOWN does.",
+        )
+        no_gain = p >= b - 2 * tolerance or min(abs(p - a), abs(p - b)) < abs(p - want)
+        expect(
+            not no_gain,
+            f"PREDICTION = {p:g} ms: no faster than at 2 steps per call ({b:g} ms). Each call still pays "
+            f"its fixed cost once, now shared by {k} steps: each step pays less of it.",
+        )
+        k_times = min(abs(p - a / k), abs(p - 2 * b / k)) < abs(p - want)  # the whole time divided by k
+        expect(
+            p > step - tolerance and not k_times,
+            f"PREDICTION = {p:g} ms: faster than a step's own cost allows. More steps per call share only "
+            f"the call's fixed cost; each step still does its own work ({k} steps per call is not {k} "
+            "times faster).",
+        )
+        expect(
+            abs(p - want) <= tolerance,
+            f"PREDICTION = {p:g} ms does not follow from SHOWN: a call of k steps takes c + k x s; find c "
+            f"and s from the two times, then the time per step at {k} is s + c/{k}.",
+        )
+    passed(
+        "call_cost_prediction",
+        f"SHOWN gives c = {fixed:.3g} ms a call and s = {step:.3g} ms a step: at {k} steps per call "
+        f"{want:.3g} ms a step, {fixed / k:.2g} ms of it the call's cost (you said {p:g}).",
+    )
+
+
+# --------------------------------------------------------------------------- call_cost_explanation
+
+#: call_cost_explanation: the hint of each choice ("" for the right one).
+EXPLANATION_CHOICES = {
+    "a": "the steps of a call run one after another (each takes the next batch); in parallel, 20 steps "
+    "per call would be many times faster per step, and the curve levels off instead.",
+    "b": "",
+    "c": "each step runs the same operations on a batch of the same size, whatever the loop; what "
+    "falls is the call's fixed cost per step, c/k.",
+    "d": "every step still takes one batch of the same size (next(iterator)); only the number of "
+    "steps in a call changed.",
+}
+
+
+def check_call_cost_explanation(explanation: Any) -> None:
+    """``EXPLANATION``: one of ``"a"`` to ``"d"``, why the time per step falls, then levels off."""
+    with exercise("call_cost_explanation"):
+        if explanation is None:
+            raise NotImplementedError
+        choice = str(explanation).strip().strip("()").strip().lower() if isinstance(explanation, str) else ""
+        expect(choice in EXPLANATION_CHOICES, f"EXPLANATION is one letter, 'a' to 'd' (got {explanation!r}).")
+        expect(not EXPLANATION_CHOICES[choice], f"Not {choice!r}: {EXPLANATION_CHOICES[choice]}")
+    passed(
+        "call_cost_explanation",
+        "a call's fixed cost is paid once and shared by its k steps (c/k each); each step's own cost s stays.",
+    )
