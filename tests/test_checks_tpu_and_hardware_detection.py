@@ -64,7 +64,22 @@ def test_tpu_input_fn_shuffled_and_blank() -> None:
 
         return dataset_fn
 
-    fails_with(ex.check_tpu_input_fn, shuffled, "On one device, the batches should be the examples in order")
+    def as_the_tpu_guide_writes_it(x, y, global_batch):
+        def dataset_fn(ctx):
+            dataset = tf.data.Dataset.from_tensor_slices((x, y))
+            dataset = dataset.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+            dataset = dataset.shuffle(10000).repeat()  # unseeded: another order every run
+            return dataset.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
+
+        return dataset_fn
+
+    for fn in (shuffled, as_the_tpu_guide_writes_it):
+        fails_with(
+            ex.check_tpu_input_fn,
+            fn,
+            "Your dataset_fn shuffles: leave shuffle out here, so the check can compare each step with "
+            "one device's batch.",
+        )
     fails_with(ex.check_tpu_input_fn, lambda x, y, g: None, "should return a function")
     fails_with(ex.check_tpu_input_fn, blank, "not done yet")
 
@@ -450,15 +465,19 @@ def test_trace_count_reference_is_counted() -> None:
         (
             6,
             4,
-            "6 and 4 are the numbers of steps, but tf.function traces only for an input shape it has not seen",
+            "batch(4): 6 is the number of steps in the whole run, but tf.function traces only for an input "
+            "shape it has not seen; a step of a known shape reuses its graph.",
         ),
+        (3, 2, "batch(4): 3 is the number of steps per epoch, but tf.function traces only"),
+        (6, 1, "batch(4): 6 is the number of steps in the whole run, but tf.function traces only"),
+        (2, 4, "batch(4, drop_remainder=True): 4 is the number of steps in the whole run, but tf.function"),
         (4, 1, "batch(4): 4 traces an epoch's shapes again each epoch"),
         (
             1,
             1,
             "batch(4): 10 numbers by 4 end on a batch of 2, a second shape [(4,), (2,)], so 2 traces, not 1",
         ),
-        (3, 1, "so 2 traces, not 3"),
+        (3, 1, "batch(4): 3 is the number of steps per epoch"),
         (2, 2, "drop_remainder=True drops the 2 left over: every batch has shape (4,), so 1 trace, not 2"),
         (2.5, 1, "TRACES['batch(4)'] should be a whole number"),
     ],
@@ -475,24 +494,29 @@ def test_trace_count_placeholder_and_shape() -> None:
 
 # --------------------------------------------------------------------------- replica_batches
 
-RIGHT_BATCHES = [[4, 4]] * 5 + [[2, 2]]
+RIGHT_BATCHES = [[4, 4]] * 5 + [[2, 1]]
 
 
 def test_replica_batches(capsys) -> None:
     assert ex.replica_batch_sizes() == RIGHT_BATCHES
     ex.check_replica_batches(RIGHT_BATCHES)
-    assert "[pass] replica_batches: 5 steps of [4, 4] and a last step of [2, 2]" in capsys.readouterr().out
+    assert "[pass] replica_batches: 5 steps of [4, 4] and a last step of [2, 1]" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     "guess, hint",
     [
-        ([[8, 8]] * 5 + [[4, 4]], "Each replica got the whole global batch of 8"),
-        ([[4, 4]] * 5, "5 steps: without drop_remainder the 4 examples left over make a step of their own"),
+        ([[8, 8]] * 5 + [[3, 3]], "Each replica got the whole global batch of 8"),
+        ([[4, 4]] * 5, "5 steps: without drop_remainder the 3 examples left over make a step of their own"),
         ([[4, 4]] * 11, "11 steps count each replica's batches one after the other"),
-        ([[4, 4]] * 6, "The last step holds only the 4 examples left over, not 8: nothing pads it"),
-        ([[4, 4]] * 5 + [[4, 0]], "The last global batch of 4 goes 2 and 2"),
-        ([[4, 4]] * 5 + [[1, 1]], "the run gave 5 steps of [4, 4] and a last of [2, 2]"),
+        ([[4, 4]] * 6, "The last step holds only the 3 examples left over, not 8: nothing pads it"),
+        (
+            [[4, 4]] * 5 + [[2, 2]],
+            "The last step holds only the 3 examples left over, not 4: nothing pads it",
+        ),
+        ([[4, 4]] * 5 + [[3, 0]], "The last global batch of 3 goes 2 and 1"),
+        ([[4, 4]] * 5 + [[1, 2]], "The last step is [2, 1], not [1, 2]: a batch that splits unevenly"),
+        ([[4, 4]] * 5 + [[1, 1]], "the run gave 5 steps of [4, 4] and a last of [2, 1]"),
         ([[4]] * 11, "Set BATCHES to a list with one [replica 0, replica 1] pair"),
     ],
 )

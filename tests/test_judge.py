@@ -118,6 +118,8 @@ def test_the_judge_reads_nothing_but_plain_data(wire) -> None:
         ("N = None  # yours\nN = 1000 // 64 + 1", "N", False, 16),
         ('def f():\n    """Doc."""\n    return (2.5 + 6.0) / 2\n', "f", True, 4.25),
         ("def f():\n    a = 2.5\n    b = -a + 8.5\n    return (a + b) / 2\n", "f", True, 4.25),
+        ("BATCHES = [[4, 4]] * 5 + [[2, 1]]", "BATCHES", False, [[4, 4]] * 5 + [[2, 1]]),
+        ("BATCHES = 2 * [[4, 4]]", "BATCHES", False, [[4, 4], [4, 4]]),
     ],
 )
 def test_a_prediction_is_read_from_the_source(source, name, returned, want) -> None:
@@ -132,6 +134,9 @@ def test_a_prediction_is_read_from_the_source(source, name, returned, want) -> N
         ("N = len(epoch_batches(strategy, 1000, 32))", "N", False),
         ("N = 10 ** 10 ** 10", "N", False),
         ("N = (1).__class__", "N", False),
+        ("N = [[4, 4]] * 334", "N", False),  # 1,002 items: a list so built holds at most 1,000
+        ("N = [[0] * 40] * 20 + [[0] * 40] * 5", "N", False),
+        ("N = ['a'] * 3", "N", False),
     ],
 )
 def test_a_prediction_that_is_code_is_refused(source, name, returned) -> None:

@@ -217,7 +217,7 @@ def test_on_a_tpu_every_cell_takes_the_tpu_branch(capsys) -> None:
         in out[NAIVE]
     )
     assert "calls for" not in out[NAIVE]
-    assert out[NAIVE].endswith("per-replica batch shapes, step by step:\n    [(8, 6)]\n")
+    assert out[NAIVE].endswith("per-replica batch shapes on 1 replicas, step by step:\n    [(8, 6)]\n")
 
 
 @pytest.mark.parametrize(
@@ -245,7 +245,7 @@ def test_on_gpus_the_cells_take_the_no_tpu_branch(capsys, no_tpu_error, gpus, st
     ]
     assert out[CORES] == "No TPU on this runtime (GPU): skipped listing the TPU cores.\n"
     assert "6 calls for 6 steps; tf.function that ran them: None\n" in out[NAIVE]
-    assert f"step by step:\n    {shapes}\n" in out[NAIVE]
+    assert f"shapes on {gpus} replicas, step by step:\n    {shapes}\n" in out[NAIVE]
 
 
 def test_on_cpus_the_cells_print_what_the_master_stores(capsys, no_tpu_error) -> None:
@@ -284,8 +284,8 @@ def test_the_tpu_ready_loop_gives_a_tpu_only_tensors(capsys) -> None:
 
 
 def test_re_running_the_chain_cells_reuses_the_strategy(capsys, no_tpu_error) -> None:
-    """Two MirroredStrategy objects over the same devices abort each other's all-reduces: running the
-    chain's cells again (run all, twice) returns the strategy already built."""
+    """Two MirroredStrategy objects with collective all-reduces over the same devices can abort each
+    other's: running the chain's cells again (run all, twice) returns the strategy already built."""
     machine = FakeMachine(cpus=2, tpu_error=no_tpu_error)
     made = []
     fake = fake_tf(machine)
@@ -393,7 +393,7 @@ def test_the_notebook_asks_colab_for_a_cpu_runtime() -> None:
     "exercise, reveal, answer",
     [
         ("trace_count", "def count_compilations(dataset):", "compiled for [(4,), (2,)]"),
-        ("replica_batches", NAIVE, "[(2, 6), (2, 6)]"),
+        ("replica_batches", NAIVE, "[(2, 6), (1, 6)]"),
     ],
 )
 def test_each_prediction_is_asked_before_the_cell_that_shows_it(exercise, reveal, answer) -> None:

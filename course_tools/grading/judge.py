@@ -220,10 +220,53 @@ def _bounded(value: Any) -> Any:
     return value
 
 
+#: The most items (numbers and lists, at every depth) a list built by ``*`` or ``+`` may hold
+#: (``[[4, 4]] * 5 + [[2, 1]]``: 18): a prediction lists steps or replicas, never a data set.
+_MOST_ITEMS = 1000
+
+
+def _size(value: Any, budget: int = _MOST_ITEMS) -> int:
+    """The number of items of ``value``, a list of numbers or of such lists (or tuples), counted at
+    every depth; ``ValueError`` past ``budget`` or for anything else. Stops there, so it stays cheap."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError("not a list")
+    size = 0
+    for item in value:
+        size += 1 + (_size(item, budget - size - 1) if isinstance(item, (list, tuple)) else 0)
+        if size > budget:
+            raise ValueError(f"a list of more than {_MOST_ITEMS} items")
+        if not isinstance(item, (list, tuple, int, float)) or isinstance(item, bool):
+            raise ValueError("a list of something other than numbers")
+    return size
+
+
+def _list_arithmetic(op: ast.operator, left: Any, right: Any) -> list:
+    """``list * int``, ``int * list`` or ``list + list`` on lists of numbers (:func:`_size`): the
+    resulting list, its size checked before it is made; ``ValueError`` otherwise."""
+    if isinstance(op, ast.Mult) and isinstance(left, int) and not isinstance(left, bool):
+        left, right = right, left
+    if (
+        isinstance(op, ast.Mult)
+        and isinstance(left, list)
+        and isinstance(right, int)
+        and not isinstance(right, bool)
+    ):
+        if _size(left) * max(right, 0) > _MOST_ITEMS:
+            raise ValueError(f"a list of more than {_MOST_ITEMS} items")
+        return left * right
+    if isinstance(op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+        if _size(left) + _size(right) > _MOST_ITEMS:
+            raise ValueError(f"a list of more than {_MOST_ITEMS} items")
+        return left + right
+    raise ValueError("arithmetic on something other than numbers")
+
+
 def constant(node: ast.AST, names: Mapping[str, Any]) -> Any:
     """The value of ``node`` when it is a literal, or arithmetic on numbers (``(2.5 + 6.0) / 2``,
-    ``math.ceil(1000 / 64)``), a name bound to one in ``names``, or a list, tuple or dict of them;
-    ``ValueError`` otherwise. Every number stays within 1e30, so nothing here can be made slow."""
+    ``math.ceil(1000 / 64)``), a name bound to one in ``names``, or a list, tuple or dict of them,
+    or lists of numbers repeated or joined (``[[4, 4]] * 5 + [[2, 1]]``); ``ValueError`` otherwise.
+    Every number stays within 1e30 and every list so built within 1,000 items, so nothing here can
+    be made slow."""
     if isinstance(node, ast.Constant) and isinstance(
         node.value, (int, float, str, bool, type(None), type(...))
     ):
@@ -243,6 +286,7 @@ def constant(node: ast.AST, names: Mapping[str, Any]) -> Any:
                 return _bounded(_OPERATORS[type(node.op)](left, right))
             except (ArithmeticError, ValueError) as error:
                 raise ValueError(str(error)) from None
+        return _list_arithmetic(node.op, left, right)
     if isinstance(node, ast.Call) and not node.keywords and ast.unparse(node.func) in _FUNCTIONS:
         args = [constant(arg, names) for arg in node.args]
         if len(args) <= 3 and all(isinstance(a, (int, float, list, tuple)) for a in args):
@@ -335,7 +379,7 @@ def _value(node: ast.expr, names: Mapping[str, Any], name: str) -> Any:
         return constant(node, names)
     except (ValueError, RecursionError):
         raise ValueError(
-            f"{name} must be your prediction written as a number (or a dict of numbers; arithmetic on "
+            f"{name} must be your prediction written as a number (or a list or dict of numbers; arithmetic on "
             f"numbers is fine), not computed by code: the grader reads it without running it (found "
             f"`{ast.unparse(node)[:80]}`)"
         ) from None
