@@ -187,6 +187,8 @@ def test_the_core_is_small() -> None:
     # process where the grader's Keras runs on TensorFlow; its HLO read; the hints) and
     # jax_tensor_parallel's biases (+204 lines);
     # and by 100 more for notebook 09's predict-then-explain pair on the cost of a call (call_cost_prediction
-    # and call_cost_explanation, their wrong answers' hints, exercises/performance.py, +106 lines).
+    # and call_cost_explanation, their wrong answers' hints, exercises/performance.py, +106 lines);
+    # and by 150 more for scaffolding that left notebook 06's cells (the fallback chain's figure and the
+    # count of returns to Python, lessons/machines.py, +91 lines) and its checks' new hints.
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 11950, f"course_utils is {whole} lines"
+    assert whole <= 12100, f"course_utils is {whole} lines"
