@@ -185,6 +185,8 @@ def test_the_core_is_small() -> None:
     # own count or run) and tpu_input_fn's hints for a count written in (+203 lines);
     # and by 200 more for notebook 11's jax_collectives (a step compiled for reference, in a fresh JAX
     # process where the grader's Keras runs on TensorFlow; its HLO read; the hints) and
-    # jax_tensor_parallel's biases (+204 lines).
+    # jax_tensor_parallel's biases (+204 lines); by 15 more when notebook 11's cell that lowered the
+    # step and read its HLO with a second regex moved behind the check's own parser (step_collectives),
+    # with Megatron's hints on a batch of 28 (+22 lines).
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 11850, f"course_utils is {whole} lines"
+    assert whole <= 11865, f"course_utils is {whole} lines"
