@@ -42,7 +42,7 @@ per_example = lambda y, logits: keras.losses.sparse_categorical_crossentropy(y, 
 
 
 def layout(mesh_shape=(1, 2), keys=(".*up/kernel$", ".*down/kernel$"), up=(None, "model"), down=("model", None),
-           axes=("batch", "model"), biases={".*up/bias$": ("model",), ".*down/bias$": ("model",)}):
+           axes=("batch", "model"), biases={".*up/bias$": ("model",)}):
     def tensor_parallel(devices):
         mesh = keras.distribution.DeviceMesh(mesh_shape, list(axes), devices=devices)
         layout_map = keras.distribution.LayoutMap(mesh)
@@ -58,26 +58,30 @@ def predicted(dp, mp):
     return {"DataParallel": dp, "ModelParallel": mp}
 
 
-RIGHT_DP, RIGHT_MP = {"all-reduce": 848}, {"all-reduce": 256}
+# The step's batch is 28 examples: logits 28 x 4 float32 = 448 bytes, x 28 x 8 = 896, y 28 int32 = 112.
+RIGHT_DP, RIGHT_MP = {"all-reduce": 848}, {"all-reduce": 448}
 COLLECTIVES = {
     "right": predicted(RIGHT_DP, RIGHT_MP),
-    "spelled otherwise": predicted({"AllReduce": 4 * 212}, {"all_reduce": 4 * 16 * 4}),
+    "spelled otherwise": predicted({"AllReduce": 4 * 212}, {"all_reduce": 4 * 28 * 4}),
     "floats": predicted({"all-reduce": 212}, RIGHT_MP),
-    "batch": predicted({"all-reduce": 512}, RIGHT_MP),
-    "batch and labels": predicted({"all-reduce": 576}, RIGHT_MP),
-    "activations": predicted({"all-reduce": 256}, RIGHT_MP),
+    "batch": predicted({"all-reduce": 896}, RIGHT_MP),
+    "batch and labels": predicted({"all-reduce": 1008}, RIGHT_MP),
+    "activations": predicted({"all-reduce": 448}, RIGHT_MP),
     "half the gradients": predicted({"all-reduce": 424}, RIGHT_MP),
     "kernels only": predicted({"all-reduce": 768}, RIGHT_MP),
     "gather": predicted({"all-gather": 848}, RIGHT_MP),
     "nothing": predicted({}, RIGHT_MP),
     "mp gradients": predicted(RIGHT_DP, {"all-reduce": 848}),
-    "mp floats": predicted(RIGHT_DP, {"all-reduce": 64}),
-    "mp hidden": predicted(RIGHT_DP, {"all-reduce": 1024}),
-    "mp half": predicted(RIGHT_DP, {"all-reduce": 128}),
-    "mp batch": predicted(RIGHT_DP, {"all-reduce": 512}),
-    "mp gather and scatter": predicted(RIGHT_DP, {"all-gather": 512, "reduce-scatter": 256}),
+    "mp down's gradient": predicted(RIGHT_DP, {"all-reduce": 256}),
+    "mp floats": predicted(RIGHT_DP, {"all-reduce": 112}),
+    "mp hidden": predicted(RIGHT_DP, {"all-reduce": 1792}),
+    "mp half": predicted(RIGHT_DP, {"all-reduce": 224}),
+    "mp batch": predicted(RIGHT_DP, {"all-reduce": 1008}),
+    "mp forward and backward": predicted(RIGHT_DP, {"all-reduce": 896}),
+    "mp input's gradient": predicted(RIGHT_DP, {"all-reduce": 1344}),
+    "mp gather and scatter": predicted(RIGHT_DP, {"all-gather": 896, "reduce-scatter": 448}),
     "mp other": predicted(RIGHT_DP, {"all-reduce": 300}),
-    "unknown kind": predicted(RIGHT_DP, {"broadcast": 256}),
+    "unknown kind": predicted(RIGHT_DP, {"broadcast": 448}),
     "not a dict": predicted(848, RIGHT_MP),
     "wrong keys": {"DataParallel": RIGHT_DP},
     "blank": predicted(None, None),
@@ -106,10 +110,10 @@ ANSWERS = {
     "port_loss blank": (ex.check_port_loss, blank),
     "tensor_parallel right": (ex.check_tensor_parallel, layout()),
     "tensor_parallel anchored paths": (ex.check_tensor_parallel, layout(keys=("^block/up/kernel$", "^block/down/kernel$"))),
-    "tensor_parallel one bias key": (ex.check_tensor_parallel, layout(biases={".*bias$": ("model",)})),
+    "tensor_parallel both biases split": (ex.check_tensor_parallel, layout(biases={".*bias$": ("model",)})),
     "tensor_parallel biases whole": (ex.check_tensor_parallel, layout(biases={})),
-    "tensor_parallel down bias whole": (ex.check_tensor_parallel, layout(biases={".*up/bias$": ("model",)})),
-    "tensor_parallel bias replicated": (ex.check_tensor_parallel, layout(biases={".*up/bias$": ("model",), ".*down/bias$": (None,)})),
+    "tensor_parallel down bias replicated": (ex.check_tensor_parallel, layout(biases={".*up/bias$": ("model",), ".*down/bias$": (None,)})),
+    "tensor_parallel up bias whole, down's split": (ex.check_tensor_parallel, layout(biases={".*down/bias$": ("model",)})),
     "tensor_parallel search-only keys": (ex.check_tensor_parallel, layout(keys=("up/kernel", "down/kernel"))),
     "tensor_parallel unanchored end": (ex.check_tensor_parallel, layout(keys=(".*up/kernel", ".*down/kern"))),
     "tensor_parallel no model axis": (ex.check_tensor_parallel, layout(mesh_shape=(2, 1))),
@@ -163,7 +167,7 @@ def test_right_answers_pass(judged: dict, name: str) -> None:
 def test_other_right_answers_pass(judged: dict) -> None:
     assert judged["outcome"]["port_loss sum over len"] == "pass"
     assert judged["outcome"]["tensor_parallel anchored paths"] == "pass"
-    assert judged["outcome"]["tensor_parallel one bias key"] == "pass"
+    assert judged["outcome"]["tensor_parallel down bias replicated"] == "pass"
 
 
 def test_shard_batch_mistakes(judged: dict) -> None:
@@ -212,8 +216,16 @@ def test_tensor_parallel_mistakes(judged: dict) -> None:
     _fails(
         judged, "tensor_parallel biases whole", "jax_tensor_parallel", "block/up/bias is whole", '("model",)'
     )
-    _fails(judged, "tensor_parallel down bias whole", "jax_tensor_parallel", "block/down/bias is whole")
-    _fails(judged, "tensor_parallel bias replicated", "jax_tensor_parallel", "block/down/bias is whole")
+    _fails(
+        judged, "tensor_parallel up bias whole, down's split", "jax_tensor_parallel", "block/up/bias is whole"
+    )
+    _fails(
+        judged,
+        "tensor_parallel both biases split",
+        "jax_tensor_parallel",
+        "down's bias is added after the all-reduce",
+        "keep it whole",
+    )
 
 
 def test_collectives_mistakes(judged: dict) -> None:
@@ -221,27 +233,41 @@ def test_collectives_mistakes(judged: dict) -> None:
     ex = "jax_collectives"
     _fails(judged, "collectives floats", ex, "212 float32 values, not bytes")
     _fails(
-        judged, "collectives batch", ex, "DataParallel", "size of the batch, which never moves", "gradients"
+        judged, "collectives batch", ex, "DataParallel", "size of the batch, which never moves", "14 examples"
     )
     _fails(judged, "collectives batch and labels", ex, "size of the batch")
     _fails(judged, "collectives activations", ex, "activations, which stay on their device", "gradients")
     _fails(judged, "collectives half the gradients", ex, "gradient of EVERY weight")
     _fails(judged, "collectives kernels only", ex, "biases have gradients too")
-    _fails(judged, "collectives gather", ex, "['all-gather'] under DataParallel", "all-reduce of 848 bytes")
+    _fails(judged, "collectives gather", ex, "['all-gather'] under DataParallel", "has ['all-reduce']")
     _fails(judged, "collectives nothing", ex, "no collective under DataParallel")
     _fails(
         judged, "collectives mp gradients", ex, "DataParallel's all-reduce of the gradients", "partial sum"
     )
-    _fails(judged, "collectives mp floats", ex, "64 float32 values")
+    _fails(judged, "collectives mp down's gradient", ex, "down's kernel", "no gradient crosses")
+    _fails(judged, "collectives mp floats", ex, "112 float32 values")
     _fails(judged, "collectives mp hidden", ex, "hidden layer's activations")
-    _fails(judged, "collectives mp half", ex, "partial sum of ALL 4 outputs")
+    _fails(judged, "collectives mp half", ex, "partial sum of ALL 4 outputs of all 28")
     _fails(judged, "collectives mp batch", ex, "ModelParallel", "batch axis has 1 device")
-    _fails(judged, "collectives mp gather and scatter", ex, "all-reduce of 256 bytes", "partial sum")
-    _fails(judged, "collectives mp other", ex, "300 bytes", "256 bytes.")
+    _fails(judged, "collectives mp forward and backward", ex, "only the forward pass adds partial sums")
+    _fails(
+        judged, "collectives mp input's gradient", ex, "input is the data", "nothing asks for its gradient"
+    )
+    _fails(judged, "collectives mp gather and scatter", ex, "has ['all-reduce']", "partial sum")
+    _fails(judged, "collectives mp other", ex, "300 bytes", "not the compiled step's count.")
     _fails(judged, "collectives unknown kind", ex, "'broadcast' is not a collective")
     _fails(judged, "collectives not a dict", ex, "should be a dict")
     _fails(judged, "collectives wrong keys", ex, "Set PREDICTION to a dict")
     _fails(judged, "collectives blank", ex, "not done yet")
+
+
+def test_collectives_hints_never_give_the_count(judged: dict) -> None:
+    """A failed prediction is told its mistake, not the compiled step's bytes: a second try could copy them."""
+    told = [m for n, m in judged["outcome"].items() if n.startswith("collectives") and "You predicted" in m]
+    assert len(told) >= 15
+    for message in told:  # the student's own guess aside
+        told_back = re.sub(r"You predicted (\S+ bytes|\[.*?\] under)", "", message)
+        assert not re.search(r"\b(848|448)\b", told_back), message
 
 
 def test_collectives_judged_where_keras_runs_on_tensorflow() -> None:
@@ -255,16 +281,16 @@ def test_collectives_judged_where_keras_runs_on_tensorflow() -> None:
     assert keras.backend.backend() == "tensorflow"
     assert ex.reference_collectives() == {
         "DataParallel": {"all-reduce": 848},
-        "ModelParallel": {"all-reduce": 256},
+        "ModelParallel": {"all-reduce": 448},
     }
-    ex.check_collectives({"DataParallel": {"all-reduce": 848}, "ModelParallel": {"all-reduce": 256}})
+    ex.check_collectives({"DataParallel": {"all-reduce": 848}, "ModelParallel": {"all-reduce": 448}})
     with pytest.raises(ExerciseError, match="212 float32 values, not bytes"):
-        ex.check_collectives({"DataParallel": {"all-reduce": 212}, "ModelParallel": {"all-reduce": 256}})
+        ex.check_collectives({"DataParallel": {"all-reduce": 212}, "ModelParallel": {"all-reduce": 448}})
 
 
 def test_collectives_read_from_hlo_text() -> None:
     """Tuples count every array, an async start once (a gather's start: its result), a done never."""
-    from course_utils.exercises.keras_distribution_on_jax import collectives_in
+    from course_utils.exercises.keras_distribution_on_jax import collectives_in, summed
 
     text = """
   %all-reduce.5 = (f32[], f32[16,8]{1,0}, /*index=5*/f32[4]{0}) all-reduce(%a, %b, %c), channel_id=1
@@ -275,7 +301,9 @@ def test_collectives_read_from_hlo_text() -> None:
   ROOT %rs = f32[4]{0} reduce-scatter(%f), dimensions={0}
   %fusion = f32[16]{0} fusion(%all-reduce.5), kind=kLoop
 """
-    assert collectives_in(text) == {"all-reduce": 4 + 512 + 16 + 16, "all-gather": 256, "reduce-scatter": 16}
+    found = collectives_in(text)
+    assert found[0] == ("all-reduce", 4 + 512 + 16, ["f32[]", "f32[16,8]", "f32[4]"])
+    assert summed(found) == {"all-reduce": 4 + 512 + 16 + 16, "all-gather": 256, "reduce-scatter": 16}
 
 
 def test_the_backend_is_set_before_keras_starts(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,12 +9,12 @@ far above float noise: :func:`same_footing`). Nothing here imports TensorFlow (C
   axis; two steps on it (labels placed by it too) give one device's update;
 * ``jax_port_loss``: notebook 04's loss ported to a jitted step keeps ``compute_average_loss``'s
   default divisor (batch times devices): half of one device's update on global arrays, until fixed;
-* ``jax_tensor_parallel``: a ``LayoutMap`` splitting every weight of a two-layer block, the kernels
-  the tensor-parallel way (first by columns, second by rows) and both biases, with keys
-  ``re.search`` (Keras 3.13) and ``re.fullmatch`` (3.14+) read alike, and one device's update;
+* ``jax_tensor_parallel``: Megatron-LM's ``LayoutMap`` of a two-layer block: the first kernel and
+  its bias split by columns, the second kernel by rows, its bias whole, with keys ``re.search``
+  (Keras 3.13) and ``re.fullmatch`` (3.14+) read alike, and one device's update;
 * ``jax_collectives``: a prediction of the collectives XLA compiles into one step of that block
-  under ``DataParallel`` and under Megatron-LM's layout, and their bytes, judged against a step
-  the check compiles itself.
+  under ``DataParallel`` and under that layout, and their bytes, judged against a step the check
+  compiles itself on a batch of 28 (no activation's size equals a sum of weights' sizes).
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ from ..errors import ExerciseError
 UPDATE_RTOL = 1e-5
 #: The data of the checks: a global batch of 16 examples of 8 features, 3 classes.
 EXAMPLES, FEATURES, CLASSES = 16, 8, 3
+#: The batch of jax_collectives' step: 28 x 4 logits (448 bytes) match no sum of the block's weights'
+#: sizes, where 16 x 4 matched down's kernel (an all-reduce of its gradient would have passed).
+COLLECTIVE_EXAMPLES = 28
 
 
 def two_devices() -> list:
@@ -66,11 +69,11 @@ def same_footing(devices: list) -> Iterator[None]:
         yield
 
 
-def check_data() -> tuple[np.ndarray, np.ndarray]:
-    """``(x, y)``: a global batch of 16 examples, fixed by a seed."""
+def check_data(examples: int = EXAMPLES) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)``: a global batch of ``examples`` examples, fixed by a seed."""
     rng = np.random.default_rng(11)
-    x = rng.normal(size=(EXAMPLES, FEATURES)).astype(np.float32)
-    y = rng.integers(0, CLASSES, size=EXAMPLES).astype(np.int32)
+    x = rng.normal(size=(examples, FEATURES)).astype(np.float32)
+    y = rng.integers(0, CLASSES, size=examples).astype(np.int32)
     return x, y
 
 
@@ -285,8 +288,9 @@ def _shard_shapes(variable: Any) -> set[tuple[int, ...]]:
 
 
 def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
-    """``tensor_parallel(devices)`` returns the ``LayoutMap`` of a (batch 1, model 2) mesh that splits
-    ``block/up/kernel`` by columns, ``block/down/kernel`` by rows and both biases: every weight."""
+    """``tensor_parallel(devices)`` returns Megatron's ``LayoutMap`` on a (batch 1, model 2) mesh:
+    ``block/up/kernel`` and ``block/up/bias`` split by columns, ``block/down/kernel`` by rows,
+    ``block/down/bias`` whole (added once, after the all-reduce of the partial outputs)."""
     with exercise("jax_tensor_parallel"):
         import keras
 
@@ -326,16 +330,20 @@ def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
             'Split block/down/kernel by rows, ("model", None): each device then multiplies the half of '
             "the hidden units it computed.",
         )
-        for variable in model.trainable_variables:  # every weight split: no device holds one whole
-            expect(
-                _shard_shapes(variable) != {tuple(variable.shape)},
-                f'{variable.path} is whole on each device: split it over "model" too (a bias: ("model",)).',
-            )
+        up_bias, down_bias = model.get_layer("up").bias, model.get_layer("down").bias
+        expect(
+            _shard_shapes(up_bias) == {(8,)},
+            'block/up/bias is whole on each device: split it with up\'s columns, ("model",).',
+        )
+        expect(
+            _shard_shapes(down_bias) == {(4,)},
+            "down's bias is added after the all-reduce: keep it whole (no key, or (None,)).",
+        )
         _same_update(two, one, "Split this way, the block should train as on one device")
     passed(
         "jax_tensor_parallel",
-        "up's kernel split by columns, down's by rows, both biases split, keys read alike by Keras 3.13 "
-        "and 3.14+, one device's update.",
+        "up's kernel and bias split by columns, down's kernel by rows, its bias whole, keys read alike by "
+        "Keras 3.13 and 3.14+, one device's update.",
     )
 
 
@@ -347,10 +355,11 @@ _BYTES = {"f64": 8, "s64": 8, "f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2,
 _LINE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s(" + "|".join(COLLECTIVES) + r")(-start)?\(")
 
 
-def collectives_in(hlo_text: str) -> dict[str, int]:
-    """The collectives of a compiled step's HLO text: kind -> the bytes of their results, summed (an
-    all-reduce's: the arrays it adds). An async ``*-start`` counts once (a gather's: its result)."""
-    found: dict[str, int] = {}
+def collectives_in(hlo_text: str) -> list[tuple[str, int, list[str]]]:
+    """Each collective of a compiled step's HLO text, in order: its kind, the bytes of its result (an
+    all-reduce's: the arrays it adds) and those arrays (``"f32[28,4]"``). An async ``*-start`` counts
+    once (a gather's: its result), a ``*-done`` never."""
+    found = []
     for match in filter(None, map(_LINE.match, hlo_text.splitlines())):
         shape, kind, start = match.groups()
         arrays = re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", shape)
@@ -358,8 +367,13 @@ def collectives_in(hlo_text: str) -> dict[str, int]:
         size = sum(
             _BYTES.get(t, 4) * int(np.prod([int(d) for d in dims.split(",") if d])) for t, dims in arrays
         )
-        found[kind] = found.get(kind, 0) + size
+        found.append((kind, size, [f"{t}[{dims}]" for t, dims in arrays]))
     return found
+
+
+def summed(collectives: list[tuple[str, int, list[str]]]) -> dict[str, int]:
+    """:func:`collectives_in`'s collectives, kind -> the bytes of their results, summed."""
+    return {kind: sum(size for k, size, _ in collectives if k == kind) for kind, _, _ in collectives}
 
 
 def megatron_layout(devices: list) -> Any:
@@ -375,9 +389,9 @@ def megatron_layout(devices: list) -> Any:
     return layouts
 
 
-def step_collectives(distribution: Any) -> dict[str, int]:
-    """:func:`collectives_in` one jitted SGD step of :func:`make_block` on the check's batch under
-    ``distribution``, compiled; the step returns only the new weights."""
+def step_collectives(distribution: Any) -> list[tuple[str, int, list[str]]]:
+    """:func:`collectives_in` one jitted SGD step of :func:`make_block` on the check's batch of 28 under
+    ``distribution``, compiled (the step returns only the new weights): ``(kind, bytes, arrays)``."""
     import jax
     import keras
 
@@ -395,7 +409,7 @@ def step_collectives(distribution: Any) -> dict[str, int]:
 
         data = [
             keras.distribution.distribute_tensor(a, distribution.get_data_layout(a.shape))
-            for a in check_data()
+            for a in check_data(COLLECTIVE_EXAMPLES)
         ]
         weights, slots = [v.value for v in model.trainable_variables], [v.value for v in optimizer.variables]
         return collectives_in(jax.jit(step).lower(weights, slots, *data).compile().as_text() or "")
@@ -404,15 +418,15 @@ def step_collectives(distribution: Any) -> dict[str, int]:
 
 
 def measured_collectives() -> dict[str, dict[str, int]]:
-    """:func:`step_collectives` under ``DataParallel`` and Megatron's ``ModelParallel`` on
+    """:func:`summed` :func:`step_collectives` under ``DataParallel`` and Megatron's ``ModelParallel`` on
     :func:`two_devices` (Keras on JAX, in this process)."""
     import keras
 
     devices = two_devices()
     megatron = keras.distribution.ModelParallel(layout_map=megatron_layout(devices), batch_dim_name="batch")
     return {
-        "DataParallel": step_collectives(keras.distribution.DataParallel(devices=devices)),
-        "ModelParallel": step_collectives(megatron),
+        "DataParallel": summed(step_collectives(keras.distribution.DataParallel(devices=devices))),
+        "ModelParallel": summed(step_collectives(megatron)),
     }
 
 
@@ -466,30 +480,38 @@ def _read(layout: str, value: Any) -> dict[str, float]:
 
 
 #: A wrong byte count that names its mistake: (layout, the size it equals) -> the hint. The sizes are
-#: make_block's (8 -> 16 -> 4) on the check's 16 examples, float32.
-_WEIGHTS, _LOGITS, _HIDDEN, _X, _Y = 4 * (8 * 16 + 16 + 16 * 4 + 4), 4 * 16 * 4, 4 * 16 * 16, 4 * 16 * 8, 4 * 16  # fmt: skip
+#: make_block's (8 -> 16 -> 4) on the step's 28 examples, float32; no two hints of a layout share one.
+_B = COLLECTIVE_EXAMPLES
+_WEIGHTS, _LOGITS, _HIDDEN, _X, _Y = 4 * (8 * 16 + 16 + 16 * 4 + 4), 4 * _B * 4, 4 * _B * 16, 4 * _B * 8, 4 * _B  # fmt: skip
 _BATCH = "that is the size of the batch, which never moves"
 _MISTAKES: dict[tuple[str, float], str] = {
-    **{("DataParallel", size): f"{_BATCH}: each device keeps its 8 examples; the all-reduce adds the two "
+    **{("DataParallel", size): f"{_BATCH}: each device keeps its {_B // 2} examples; the all-reduce adds the two "
        "devices' gradients, one per weight" for size in (_X, _X + _Y, _Y)},
-    **{("ModelParallel", size): f"{_BATCH}: the batch axis has 1 device, both hold it all" for size in (_X, _X + _Y, _Y)},
     **{("DataParallel", size): "that is the size of activations, which stay on their device under DataParallel; "
        "the all-reduce adds the two devices' gradients, one per weight" for size in (_LOGITS, _HIDDEN)},
-    ("DataParallel", _WEIGHTS / 2): "each device computes the gradient of EVERY weight (from its 8 examples): the "
-    "all-reduce adds two whole gradients",
+    ("DataParallel", _WEIGHTS / 2): f"each device computes the gradient of EVERY weight (from its {_B // 2} "
+    "examples): the all-reduce adds two whole gradients",
     ("DataParallel", 4 * (8 * 16 + 16 * 4)): "the biases have gradients too",
+    # x alone is 2 x logits and y alone 4 x fewer bytes than logits: those sizes get the hints below
+    ("ModelParallel", _X + _Y): f"{_BATCH}: the batch axis has 1 device, both hold it all",
+    ("ModelParallel", 2 * _LOGITS): "only the forward pass adds partial sums: the loss's gradient is whole on "
+    "both devices, and each device's gradient of its slices needs nothing more",
+    ("ModelParallel", _LOGITS + _X): "Megatron's backward all-reduce adds the gradient of the block's input, but "
+    "here the input is the data: nothing asks for its gradient",
     ("ModelParallel", _WEIGHTS): "that is DataParallel's all-reduce of the gradients; here the batch is whole on "
     "both devices, so each device's gradient of its own slices is complete: what is added is down's output, a "
     "partial sum on each device",
+    ("ModelParallel", 4 * 16 * 4): "that is down's kernel: with the batch whole on both devices, each device's "
+    "gradient of its rows is complete, and no gradient crosses",
     ("ModelParallel", _HIDDEN): "that is the hidden layer's activations: each device keeps its 8 hidden units; what "
-    "is added is down's 16 x 4 partial outputs",
-    ("ModelParallel", _LOGITS / 2): "each device holds a partial sum of ALL 4 outputs of all 16 examples, not half "
-    "of them",
+    "is added is down's partial outputs",
+    ("ModelParallel", _LOGITS / 2): f"each device holds a partial sum of ALL 4 outputs of all {_B} examples, not "
+    "half of them",
 }  # fmt: skip
 _WHY = {
-    "DataParallel": "each device holds every weight and the gradient of its own 8 examples: XLA adds the two "
-    "gradients with an all-reduce",
-    "ModelParallel": "down's rows split give each device a partial sum of down's 16 x 4 outputs (from its 8 hidden "
+    "DataParallel": f"each device holds every weight and the gradient of its own {_B // 2} examples: XLA adds the "
+    "two gradients with an all-reduce",
+    "ModelParallel": "down's rows split give each device a partial sum of down's outputs (from its 8 hidden "
     "units): XLA adds them with an all-reduce",
 }
 _TYPICAL = {"DataParallel": {"all-reduce": _WEIGHTS}, "ModelParallel": {"all-reduce": _LOGITS}}
@@ -497,7 +519,8 @@ _TYPICAL = {"DataParallel": {"all-reduce": _WEIGHTS}, "ModelParallel": {"all-red
 
 def check_collectives(prediction: Any) -> None:
     """``PREDICTION = {"DataParallel": {collective: bytes}, "ModelParallel": {collective: bytes}}``: the
-    collectives XLA compiles into one SGD step of ``block`` under each (:func:`reference_collectives`)."""
+    collectives XLA compiles into one SGD step of ``block`` under each (:func:`reference_collectives`).
+    A wrong count is told its mistake, never the compiled step's count (a second try could copy it)."""
     with exercise("jax_collectives"):
         layouts = ("DataParallel", "ModelParallel")
         expect(
@@ -509,11 +532,10 @@ def check_collectives(prediction: Any) -> None:
         truth = reference_collectives()
         for layout in layouts:  # the hints that explain assume the step's typical collectives
             said, ran, typical = read[layout], truth[layout], truth[layout] == _TYPICAL[layout]
-            shown = ", ".join(f"{kind} of {size} bytes" for kind, size in ran.items()) or "no collective"
             expect(
                 set(said) == set(ran),
-                f"You predicted {sorted(said) or 'no collective'} under {layout}; the compiled step has {shown}"
-                + (f": {_WHY[layout]}." if typical else "."),
+                f"You predicted {sorted(said) or 'no collective'} under {layout}; the compiled step has "
+                f"{sorted(ran) or 'no collective'}" + (f": {_WHY[layout]}." if typical else "."),
             )
             for kind, size in ran.items():
                 guess = said[kind]
@@ -522,7 +544,7 @@ def check_collectives(prediction: Any) -> None:
                     hint = f"you counted {guess:g} float32 values, not bytes: each is 4 bytes"
                 expect(
                     guess == size,
-                    f"You predicted {guess:g} bytes for {layout}'s {kind}; the compiled step's is {size} bytes"
+                    f"You predicted {guess:g} bytes for {layout}'s {kind}, not the compiled step's count"
                     + (f": {hint}." if hint else "."),
                 )
     ran_as = {layout: ", ".join(f"{k} of {v} bytes" for k, v in truth[layout].items()) for layout in layouts}
