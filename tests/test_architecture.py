@@ -187,6 +187,9 @@ def test_the_core_is_small() -> None:
     # process where the grader's Keras runs on TensorFlow; its HLO read; the hints) and
     # jax_tensor_parallel's biases (+204 lines);
     # and by 100 more for notebook 09's predict-then-explain pair on the cost of a call (call_cost_prediction
-    # and call_cost_explanation, their wrong answers' hints, exercises/performance.py, +106 lines).
+    # and call_cost_explanation, their wrong answers' hints, exercises/performance.py, +106 lines);
+    # and by 300 more for plumbing moved out of notebooks 07 and 08's cells, no new logic: starting,
+    # killing, summing up and drawing the runs of 07's worker program (lessons/worker_runs.py) and 08's
+    # parameter-server picture (lessons/parameter_servers.py), +259 lines.
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 11950, f"course_utils is {whole} lines"
+    assert whole <= 12250, f"course_utils is {whole} lines"
