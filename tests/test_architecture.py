@@ -190,6 +190,9 @@ def test_the_core_is_small() -> None:
     # and by 100 more for notebook 09's predict-then-explain pair on the cost of a call (call_cost_prediction
     # and call_cost_explanation, their wrong answers' hints, exercises/performance.py, +106 lines);
     # and by 150 more for scaffolding that left notebook 06's cells (the fallback chain's figure and the
-    # count of returns to Python, lessons/machines.py, +91 lines) and its checks' new hints.
+    # count of returns to Python, lessons/machines.py, +91 lines) and its checks' new hints;
+    # and by 100 more for notebook 11's tf.distribute step run in a fresh process, moved out of its cell
+    # (lessons/keras_on_jax.py, +53 lines), and jax_port_loss's and jax_tensor_parallel's new checks
+    # (a fixed divisor, a key giving a bias a kernel's layout, +27 lines).
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 12100, f"course_utils is {whole} lines"
+    assert whole <= 12200, f"course_utils is {whole} lines"
