@@ -106,6 +106,7 @@ ANSWERS = {
     "port_loss sum": (ex.check_port_loss, lambda y, logits: jnp.sum(per_example(y, logits))),
     "port_loss over devices": (ex.check_port_loss, lambda y, logits: jnp.mean(per_example(y, logits)) / 2),
     "port_loss 04's divisor": (ex.check_port_loss, lambda y, logits: jnp.sum(per_example(y, logits)) / (len(y) * 2)),
+    "port_loss fixed 16": (ex.check_port_loss, lambda y, logits: jnp.sum(per_example(y, logits)) / 16),
     "port_loss per example": (ex.check_port_loss, lambda y, logits: per_example(y, logits)),
     "port_loss blank": (ex.check_port_loss, blank),
     "tensor_parallel right": (ex.check_tensor_parallel, layout()),
@@ -114,6 +115,7 @@ ANSWERS = {
     "tensor_parallel biases whole": (ex.check_tensor_parallel, layout(biases={})),
     "tensor_parallel down bias replicated": (ex.check_tensor_parallel, layout(biases={".*up/bias$": ("model",), ".*down/bias$": (None,)})),
     "tensor_parallel up bias whole, down's split": (ex.check_tensor_parallel, layout(biases={".*down/bias$": ("model",)})),
+    "tensor_parallel down's key matches both": (ex.check_tensor_parallel, layout(keys=(".*up/kernel$", ".*down.*$"))),
     "tensor_parallel search-only keys": (ex.check_tensor_parallel, layout(keys=("up/kernel", "down/kernel"))),
     "tensor_parallel unanchored end": (ex.check_tensor_parallel, layout(keys=(".*up/kernel", ".*down/kern"))),
     "tensor_parallel no model axis": (ex.check_tensor_parallel, layout(mesh_shape=(2, 1))),
@@ -198,6 +200,13 @@ def test_port_loss_mistakes(judged: dict) -> None:
     _fails(
         judged, "port_loss 04's divisor", "jax_port_loss", "0.50x", "compute_average_loss's default divisor"
     )
+    _fails(
+        judged,
+        "port_loss fixed 16",
+        "jax_port_loss",
+        "On 12 examples of loss log 3 each, yours gives 0.8240",
+        "divide by len(y)",
+    )
     _fails(judged, "port_loss per example", "jax_port_loss", "shape (16,)", "one number")
     _fails(judged, "port_loss blank", "jax_port_loss", "not done yet")
 
@@ -205,6 +214,12 @@ def test_port_loss_mistakes(judged: dict) -> None:
 def test_tensor_parallel_mistakes(judged: dict) -> None:
     _fails(
         judged, "tensor_parallel search-only keys", "jax_tensor_parallel", "re.search", "re.fullmatch", ".*"
+    )
+    _fails(
+        judged,
+        "tensor_parallel down's key matches both",
+        "jax_tensor_parallel",
+        "The key '.*down.*$' gives block/down/bias (rank 1) a 2-D layout: end it with kernel$ or bias$.",
     )
     _fails(judged, "tensor_parallel unanchored end", "jax_tensor_parallel", "re.search", "end it with $")
     _fails(judged, "tensor_parallel no model axis", "jax_tensor_parallel", "nothing is split")
@@ -233,7 +248,7 @@ def test_collectives_mistakes(judged: dict) -> None:
     ex = "jax_collectives"
     _fails(judged, "collectives floats", ex, "212 float32 values, not bytes")
     _fails(
-        judged, "collectives batch", ex, "DataParallel", "size of the batch, which never moves", "14 examples"
+        judged, "collectives batch", ex, "DataParallel", "the batch x, or the logits twice", "neither moves"
     )
     _fails(judged, "collectives batch and labels", ex, "size of the batch")
     _fails(judged, "collectives activations", ex, "activations, which stay on their device", "gradients")
@@ -249,7 +264,13 @@ def test_collectives_mistakes(judged: dict) -> None:
     _fails(judged, "collectives mp hidden", ex, "hidden layer's activations")
     _fails(judged, "collectives mp half", ex, "partial sum of ALL 4 outputs of all 28")
     _fails(judged, "collectives mp batch", ex, "ModelParallel", "batch axis has 1 device")
-    _fails(judged, "collectives mp forward and backward", ex, "only the forward pass adds partial sums")
+    _fails(
+        judged,
+        "collectives mp forward and backward",
+        ex,
+        "x, or down's output twice",
+        "only the forward pass",
+    )
     _fails(
         judged, "collectives mp input's gradient", ex, "input is the data", "nothing asks for its gradient"
     )
@@ -440,13 +461,13 @@ def test_one_device_says_restart() -> None:
 
 def test_the_tensorflow_figure_shown_without_tensorflow_is_notebook_05s() -> None:
     """Where TensorFlow is absent, notebook 11 shows notebook 05's stored factor: the same number."""
-    source = "\n".join(c.source for c in nbformat.read(MASTER, as_version=4).cells)
-    stored_11 = re.search(r"^NOTEBOOK_05_FACTOR = (\S+)", source, re.M)
+    from course_utils.lessons.keras_on_jax import NOTEBOOK_05_FACTOR
+
     nb05 = nbformat.read(ROOT / "solutions" / "05_loss_scaling_pitfalls.ipynb", as_version=4)
     text = "".join(o.get("text", "") for c in nb05.cells if c.cell_type == "code" for o in c.outputs)
     stored_05 = re.search(r"SGD : update on 2 replicas = (\S+)x the single-device update", text)
-    assert stored_11 and stored_05
-    assert float(stored_11.group(1)) == float(stored_05.group(1))
+    assert stored_05
+    assert NOTEBOOK_05_FACTOR == float(stored_05.group(1))
 
 
 def test_the_report_knows_colab_without_a_google_package(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,6 +35,8 @@ from ..errors import ExerciseError
 UPDATE_RTOL = 1e-5
 #: The data of the checks: a global batch of 16 examples of 8 features, 3 classes.
 EXAMPLES, FEATURES, CLASSES = 16, 8, 3
+#: jax_port_loss's second batch: a divisor written as a number (16) fails on it.
+SMALL_BATCH = 12
 #: The batch of jax_collectives' step: 28 x 4 logits (448 bytes) match no sum of the block's weights'
 #: sizes, where 16 x 4 matched down's kernel (an all-reduce of its gradient would have passed).
 COLLECTIVE_EXAMPLES = 28
@@ -260,17 +262,36 @@ def check_port_loss(port_loss: Callable[[Any, Any], Any]) -> None:
             f"The loss your step returns is {two_loss:.6g}, one device's {one_loss:.6g}: return the mean "
             "over the global batch.",
         )
+        # zero logits: each example's loss is log(CLASSES), so the mean is too (a fixed / 16 is not)
+        small = float(port_loss(y[:SMALL_BATCH], np.zeros((SMALL_BATCH, CLASSES), np.float32)))
+        expect(
+            abs(small - np.log(CLASSES)) <= 1e-5 * np.log(CLASSES),
+            f"On {SMALL_BATCH} examples of loss log {CLASSES} each, yours gives {small:.4f}: divide by len(y), "
+            "the batch the step receives, not a fixed number.",
+        )
     passed("jax_port_loss", "on 2 devices the ported step gives the update and the loss of one device.")
 
 
 # --------------------------------------------------------------------------- jax_tensor_parallel
 
 
-def key_problems(keys: list[str], paths: list[str]) -> list[str]:
+def key_problems(
+    keys: list[str],
+    paths: list[str],
+    dims: Optional[dict[str, int]] = None,
+    ranks: Optional[dict[str, int]] = None,
+) -> list[str]:
     """Keys of a ``LayoutMap`` that match no path, or other paths under ``re.search`` (Keras <= 3.13)
-    than under ``re.fullmatch`` (Keras >= 3.14, keras-team/keras#22164)."""
+    than under ``re.fullmatch`` (Keras >= 3.14, keras-team/keras#22164), or that give a path of rank
+    ``ranks[path]`` a layout of ``dims[key]`` dimensions (Keras would raise a ValueError)."""
     problems = []
     for key in keys:
+        for path in [p for p in paths if re.search(key, p) and re.fullmatch(key, p)]:
+            rank, n = (ranks or {}).get(path), (dims or {}).get(key)
+            if rank is not None and n is not None and rank != n:
+                problems.append(
+                    f"The key {key!r} gives {path} (rank {rank}) a {n}-D layout: end it with kernel$ or bias$."
+                )
         searched = [p for p in paths if re.search(key, p)]
         full = [p for p in paths if re.fullmatch(key, p)]
         if searched != full:
@@ -311,8 +332,10 @@ def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
             f'The "model" axis has {axes["model"]} device(s): nothing is split. Use shape (1, 2) with the '
             'axes ["batch", "model"], in that order.',
         )
-        paths = [v.path for v in make_block().variables]
-        problems = key_problems(list(layout_map.keys()), paths)
+        variables = make_block().variables
+        paths, ranks = [v.path for v in variables], {v.path: len(v.shape) for v in variables}
+        dims = {key: len(layout_map[key].axes) for key in layout_map.keys()}
+        problems = key_problems(list(layout_map.keys()), paths, dims, ranks)
         expect(not problems, problems[0] if problems else "")
         distribution = keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
         with same_footing(devices):
@@ -486,16 +509,18 @@ _WEIGHTS, _LOGITS, _HIDDEN, _X, _Y = 4 * (8 * 16 + 16 + 16 * 4 + 4), 4 * _B * 4,
 _BATCH = "that is the size of the batch, which never moves"
 _MISTAKES: dict[tuple[str, float], str] = {
     **{("DataParallel", size): f"{_BATCH}: each device keeps its {_B // 2} examples; the all-reduce adds the two "
-       "devices' gradients, one per weight" for size in (_X, _X + _Y, _Y)},
+       "devices' gradients, one per weight" for size in (_X + _Y, _Y)},
+    ("DataParallel", _X): "that is the batch x, or the logits twice: neither moves under DataParallel; the "
+    "all-reduce adds the two devices' gradients, one per weight",
     **{("DataParallel", size): "that is the size of activations, which stay on their device under DataParallel; "
        "the all-reduce adds the two devices' gradients, one per weight" for size in (_LOGITS, _HIDDEN)},
     ("DataParallel", _WEIGHTS / 2): f"each device computes the gradient of EVERY weight (from its {_B // 2} "
     "examples): the all-reduce adds two whole gradients",
     ("DataParallel", 4 * (8 * 16 + 16 * 4)): "the biases have gradients too",
-    # x alone is 2 x logits and y alone 4 x fewer bytes than logits: those sizes get the hints below
+    # x alone is 2 x logits (896 bytes): its hint under each layout names both readings
     ("ModelParallel", _X + _Y): f"{_BATCH}: the batch axis has 1 device, both hold it all",
-    ("ModelParallel", 2 * _LOGITS): "only the forward pass adds partial sums: the loss's gradient is whole on "
-    "both devices, and each device's gradient of its slices needs nothing more",
+    ("ModelParallel", 2 * _LOGITS): "that is x, or down's output twice: x is already whole on both devices, and "
+    "only the forward pass adds partial sums",
     ("ModelParallel", _LOGITS + _X): "Megatron's backward all-reduce adds the gradient of the block's input, but "
     "here the input is the data: nothing asks for its gradient",
     ("ModelParallel", _WEIGHTS): "that is DataParallel's all-reduce of the gradients; here the batch is whole on "
@@ -547,9 +572,11 @@ def check_collectives(prediction: Any) -> None:
                     f"You predicted {guess:g} bytes for {layout}'s {kind}, not the compiled step's count"
                     + (f": {hint}." if hint else "."),
                 )
-    ran_as = {layout: ", ".join(f"{k} of {v} bytes" for k, v in truth[layout].items()) for layout in layouts}
-    passed(
-        "jax_collectives",
-        f"DataParallel: {ran_as['DataParallel']} (every weight's gradient); ModelParallel: "
-        f"{ran_as['ModelParallel']} (down's partial outputs).",
-    )
+    why = {"DataParallel": " (every weight's gradient)", "ModelParallel": " (down's partial outputs)"}
+    said_as = [
+        f"{layout}: "
+        + ", ".join(f"{k} of {v} bytes" for k, v in truth[layout].items())
+        + (why[layout] if truth[layout] == _TYPICAL[layout] else "")
+        for layout in layouts
+    ]  # the explanations hold only for the typical collectives
+    passed("jax_collectives", "; ".join(said_as) + ".")

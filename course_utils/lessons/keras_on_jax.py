@@ -103,3 +103,56 @@ def setup_jax(
     if show_report:
         report()
     return env
+
+
+#: Notebook 05, section 4: tf.reduce_mean in a strategy.run step, SGD, 2 replicas (its stored output).
+NOTEBOOK_05_FACTOR = 2.00
+
+#: Notebook 05's pitfall, run with tf.distribute in a fresh process (Keras picks its backend once).
+TF_STEP = """
+import numpy as np, tensorflow as tf, keras
+from course_utils.compare import factor
+cpu, = tf.config.list_physical_devices("CPU")  # 2 virtual CPUs, before TensorFlow starts
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+rng = np.random.default_rng(11)
+x, y = rng.normal(size=(16, 8)).astype("float32"), rng.integers(0, 3, 16).astype("int32")
+per_example_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+def update(strategy):
+    with strategy.scope():
+        init = keras.initializers.GlorotUniform(seed=1)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3, kernel_initializer=init)])
+        optimizer = keras.optimizers.SGD(learning_rate=0.1)
+    start = model.get_weights()[0]
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(per_example_loss(y, model(x, training=True)))  # the pitfall
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
+    tf.function(lambda x, y: strategy.run(replica_step, args=(x, y)))(*batch)
+    return model.get_weights()[0] - start
+
+mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+print(f"{factor(update(mirrored), update(tf.distribute.OneDeviceStrategy('/cpu:0'))):.2f}")
+"""
+
+
+def tensorflow_mean_factor() -> tuple[float, str, bool]:
+    """Notebook 05's pitfall (``tf.reduce_mean`` in a ``strategy.run`` step, 2 replicas of
+    ``MirroredStrategy``): ``(update on 2 replicas / one device's, where the number comes from, measured)``.
+
+    With TensorFlow installed it runs :data:`TF_STEP` in a fresh process with Keras on TensorFlow;
+    without it (Colab's TPU runtime) it returns notebook 05's stored result.
+    """
+    import importlib.util
+
+    from ..processes import run_python
+
+    if importlib.util.find_spec("tensorflow") is None:
+        return NOTEBOOK_05_FACTOR, "not installed; notebook 05's stored result", False
+    result = run_python(TF_STEP, env={"KERAS_BACKEND": "tensorflow", "XLA_FLAGS": ""})
+    if not result.ok:
+        raise RuntimeError(f"the tf.distribute step failed: {result.stderr.strip()[-300:]}")
+    return float(result.stdout.split()[-1]), "measured now in a fresh process", True
