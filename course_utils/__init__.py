@@ -7,7 +7,7 @@ name below is loaded from its module the first time it is used, and has this one
   split of the CPU into virtual devices)
 * :func:`use_virtual_cpus`, :func:`get_strategy`, :func:`describe` - notebooks 00 and 02
   (:func:`use_virtual_gpus`: the same split for a machine's one GPU)
-* :func:`use_op_threads` - notebook 09 (one core per replica)
+* :func:`use_op_threads` - the benchmark, ``course_tools.bench`` (one core per replica)
 * :func:`load_fashion_mnist`, :func:`load_mnist`, :func:`make_pipelines` - notebooks 03 and 04
 * :func:`custom_training_cnn`, :func:`keras_tutorial_cnn` - notebooks 01, 03, 04 and 09
 * :func:`run_python`, :func:`run_for_replicas` - demonstrations that need their own replica count

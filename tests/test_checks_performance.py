@@ -224,23 +224,31 @@ def _model(shown: dict) -> tuple[float, float]:
 @pytest.mark.parametrize("shown", SHOWN_RUNS, ids=["mirrored", "default", "overhead-bound"])
 def test_call_cost_prediction_right_answers_pass(shown, capsys: pytest.CaptureFixture[str]) -> None:
     fixed, step = _model(shown)
-    for prediction in (step + fixed / 20, step, round(step + fixed / 20, 2)):  # s alone: nearly all of c gone
+    rounded_first = round(round(step, 2) + round(fixed, 2) / 5, 2)  # c and s rounded to 0.01 ms first
+    for prediction in (step + fixed / 5, round(step + fixed / 5, 2), rounded_first):
         ex.check_call_cost_prediction(shown, prediction)
     assert capsys.readouterr().out.count("[pass] call_cost_prediction") == 3
 
 
-#: Wrong predictions real reasoning gives, as functions of the shown times a (1 step) and b (2 steps).
+#: Wrong predictions real reasoning gives, as functions of the shown times a (1 step) and b (2 steps):
+#: c = 2(a - b), s = 2b - a, and the right answer s + c/5.
 CALL_COST_MISTAKES = {
-    "20 times faster than 1 step": (lambda a, b: a / 20, "is not 20 times faster"),
-    "10 times faster than 2 steps": (lambda a, b: b / 10, "is not 20 times faster"),
+    "5 times faster than 1 step": (lambda a, b: a / 5, "is not 5 times faster"),
+    "5/2 times faster than 2 steps": (lambda a, b: 2 * b / 5, "is not 5 times faster"),
     "no gain beyond 2 steps": (lambda a, b: b, "no faster than at 2 steps per call"),
     "no gain at all": (lambda a, b: a, "no faster than at 2 steps per call"),
-    "each doubling saves as much": (lambda a, b: a - 4.32 * (a - b), "each step still does its own work"),
-    "each added step saves as much": (lambda a, b: a - 19 * (a - b), "is not 20 times faster"),
-    "the time of a call of 20": (lambda a, b: 2 * (a - b) + 20 * (2 * b - a), "no faster than at 2"),
+    "each doubling saves as much": (lambda a, b: a - 2.32 * (a - b), "each step still does its own work"),
+    "each added step saves as much": (lambda a, b: a - 4 * (a - b), "is not 5 times faster"),
+    "the time of a call of 5": (lambda a, b: 2 * (a - b) + 5 * (2 * b - a), "no faster than at 2"),
     "s + c/2, the 2-step time again": (lambda a, b: (2 * b - a) + (a - b), "no faster than at 2"),
-    "halfway from 2 steps to s": (lambda a, b: (b + 2 * b - a) / 2, "does not follow from SHOWN"),
-    "seconds": (lambda a, b: ((2 * b - a) + (a - b) / 10) / 1000, "looks like seconds"),
+    "s alone": (lambda a, b: 2 * b - a, "that is s, where the curve levels off"),
+    "s + c/10": (lambda a, b: (2 * b - a) + (a - b) / 5, "does not follow from SHOWN"),
+    "halfway from 2 steps to s, s + c/4": (lambda a, b: (b + 2 * b - a) / 2, "does not follow from SHOWN"),
+    "c = a - b, s from 1 step": (lambda a, b: b + (a - b) / 5, "takes c = a - b"),
+    "c = a - b, s from 2 steps": (lambda a, b: b - (a - b) / 2 + (a - b) / 5, "takes c = a - b"),
+    "seconds": (lambda a, b: ((2 * b - a) + 2 * (a - b) / 5) / 1000, "looks like seconds"),
+    "microseconds": (lambda a, b: ((2 * b - a) + 2 * (a - b) / 5) * 1000, "looks like µs"),
+    "s in microseconds": (lambda a, b: (2 * b - a) * 1000, "looks like µs"),
 }
 
 
@@ -276,7 +284,7 @@ def test_call_cost_prediction_bad_inputs(shown, prediction, hint: str) -> None:
 
 
 def test_call_cost_explanation_right_answer_passes(capsys: pytest.CaptureFixture[str]) -> None:
-    for answer in ("b", "B", " (b) "):
+    for answer in ("c", "C", " (c) "):
         ex.check_call_cost_explanation(answer)
     assert capsys.readouterr().out.count("[pass] call_cost_explanation") == 3
 
@@ -284,14 +292,14 @@ def test_call_cost_explanation_right_answer_passes(capsys: pytest.CaptureFixture
 @pytest.mark.parametrize(
     ("answer", "hint"),
     [
-        ("a", "one after another"),
-        ("c", "the same operations on a batch of the same size"),
-        ("d", "only the number of steps in a call changed"),
+        ("a", "at 2 a step pays c/2 = 2.5 ms"),
+        ("b", "as much as the step itself"),
+        ("d", "so take the smallest"),
         ("e", "EXPLANATION is one letter"),
         (2, "EXPLANATION is one letter"),
         (None, "is not done yet"),
     ],
-    ids=["in parallel", "cheaper arithmetic", "bigger batch", "no such choice", "a number", "blank"],
+    ids=["2 steps", "10 steps", "1000 steps", "no such choice", "a number", "blank"],
 )
 def test_call_cost_explanation_mistakes(answer, hint: str) -> None:
     with pytest.raises(ExerciseError, match="Exercise call_cost_explanation") as error:

@@ -282,14 +282,16 @@ def test_a_timing_prediction_is_judged_on_the_times_the_student_pasted() -> None
         source = f"SHOWN = {{1: 6.23, 2: 5.21}}\nPREDICTION = {prediction}\n"
         return {"SHOWN": source, "PREDICTION": source}
 
-    assert judged("call_cost_prediction", {}, answer("4.19 + 2.04 / 20"))[0] == "passed"
+    assert judged("call_cost_prediction", {}, answer("4.19 + 2.04 / 5"))[0] == "passed"
     status, message = judged("call_cost_prediction", {}, answer("5.21"))  # no gain beyond 2 steps per call
     assert status == "failed" and "no faster than at 2 steps per call" in message
-    status, message = judged("call_cost_prediction", {}, answer("6.23 / 20"))  # 20 times faster
-    assert status == "failed" and "is not 20 times faster" in message
-    status, message = judged("call_cost_prediction", {}, answer("measured[20]"))
+    status, message = judged("call_cost_prediction", {}, answer("6.23 / 5"))  # 5 times faster
+    assert status == "failed" and "is not 5 times faster" in message
+    status, message = judged("call_cost_prediction", {}, answer("4.19"))  # s alone: the curve's floor
+    assert status == "failed" and "that is s" in message
+    status, message = judged("call_cost_prediction", {}, answer("measured[5]"))
     assert status == "failed" and "not computed by code" in message
-    assert judged("call_cost_explanation", {}, {"EXPLANATION": 'EXPLANATION = "b"'})[0] == "passed"
+    assert judged("call_cost_explanation", {}, {"EXPLANATION": 'EXPLANATION = "c"'})[0] == "passed"
 
 
 def test_an_answer_that_is_not_data_gets_a_hint_not_a_crash() -> None:
