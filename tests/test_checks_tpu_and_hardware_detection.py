@@ -239,6 +239,8 @@ def test_global_batches_every_tpu_has_8_cores() -> None:
 
 def test_global_batches_counting_chips() -> None:
     fails_with(ex.check_global_batches, lambda: {**RIGHT, "v2-8": 256}, "counts its 4 chips")
+    fails_with(ex.check_global_batches, lambda: {**RIGHT, "v2-8": 64}, "count TPU devices (cores on a v2)")
+    fails_with(ex.check_global_batches, lambda: {**RIGHT, "v5e-1": 32}, "one replica x 64 examples per")
 
 
 def test_global_batches_gpus_and_shape() -> None:
@@ -472,13 +474,10 @@ def test_trace_count_reference_is_counted() -> None:
         (6, 1, "batch(4): 6 is the number of steps in the whole run, but tf.function traces only"),
         (2, 4, "batch(4, drop_remainder=True): 4 is the number of steps in the whole run, but tf.function"),
         (4, 1, "batch(4): 4 traces an epoch's shapes again each epoch"),
-        (
-            1,
-            1,
-            "batch(4): 10 numbers by 4 end on a batch of 2, a second shape [(4,), (2,)], so 2 traces, not 1",
-        ),
+        (1, 1, "batch(4): 1: 10 numbers by 4 end on a short batch; count the distinct shapes the step sees"),
+        (5, 1, "count the distinct shapes the step sees, not the steps"),
         (3, 1, "batch(4): 3 is the number of steps per epoch"),
-        (2, 2, "drop_remainder=True drops the 2 left over: every batch has shape (4,), so 1 trace, not 2"),
+        (2, 2, "drop_remainder=True drops the short batch: how many distinct shapes are left?"),
         (2.5, 1, "TRACES['batch(4)'] should be a whole number"),
     ],
 )
@@ -514,9 +513,16 @@ def test_replica_batches(capsys) -> None:
             [[4, 4]] * 5 + [[2, 2]],
             "The last step holds only the 3 examples left over, not 4: nothing pads it",
         ),
-        ([[4, 4]] * 5 + [[3, 0]], "The last global batch of 3 goes 2 and 1"),
-        ([[4, 4]] * 5 + [[1, 2]], "The last step is [2, 1], not [1, 2]: a batch that splits unevenly"),
-        ([[4, 4]] * 5 + [[1, 1]], "the run gave 5 steps of [4, 4] and a last of [2, 1]"),
+        ([[4, 4]] * 5 + [[3, 0]], "The last global batch is split between the replicas as evenly"),
+        (
+            [[4, 4]] * 5 + [[1, 2]],
+            "not [1, 2]: when a batch splits unevenly, replica 0 gets the larger share",
+        ),
+        ([[4, 4]] * 5 + [[1, 1]], "Count the steps (the whole global batches, plus one for the rest)"),
+        (
+            [[4, 4]] * 4 + [[3, 3], [2, 1]],
+            "Count the steps (the whole global batches, plus one for the rest)",
+        ),
         ([[4]] * 11, "Set BATCHES to a list with one [replica 0, replica 1] pair"),
     ],
 )
@@ -527,3 +533,43 @@ def test_replica_batches_mistakes(guess, hint) -> None:
 def test_replica_batches_placeholder() -> None:
     with pytest.raises(ExerciseError, match="not done yet"):
         ex.check_replica_batches(None)
+
+
+# --------------------------------------------------------------------------- hints keep the answer
+
+
+def _message(check, answer) -> str:
+    with pytest.raises(ExerciseError) as info:
+        check(answer)
+    return str(info.value)
+
+
+def test_prediction_hints_never_give_the_answer() -> None:
+    """A wrong prediction is told its mistake, not the run's numbers: a second try could copy them
+    (the pass line, after a right answer, may state them)."""
+    wrong_traces = [(6, 4), (3, 2), (6, 1), (2, 4), (4, 1), (1, 1), (3, 1), (5, 1), (2, 2), (1, 2), (4, 4)]
+    for short, dropped in wrong_traces:
+        message = _message(ex.check_trace_count, traces(short, dropped))
+        for told in ("traces in all", "so 2", "so 1", "(2,)", "(4,)", "not 1", "not 2"):
+            assert told not in message, message
+    wrong_batches = [[[8, 8]] * 5 + [[3, 3]], [[4, 4]] * 5, [[4, 4]] * 11, [[4, 4]] * 6]
+    wrong_batches += [[[4, 4]] * 5 + [last] for last in ([2, 2], [3, 0], [1, 2], [1, 1], [0, 3])]
+    wrong_batches += [[[4, 4]] * 4 + [[3, 3], [2, 1]], [[5, 3]] * 5 + [[2, 1]]]
+    for guess in wrong_batches:
+        message = _message(ex.check_replica_batches, guess)
+        for told in ("[2, 1]", "2 and 1", "4 each", "step 6", "6 steps"):
+            assert told not in message, message
+    wrong_machines = [
+        {"v2-8": v28, "v5e-1": v5e, "4 GPUs": four}
+        for v28 in (512, 256, 64, 1024)
+        for v5e in (64, 512, 32, 128)
+        for four in (256, 64, 1024)
+    ]
+    for guess in wrong_machines:
+        if guess == RIGHT:
+            continue
+        message = _message(ex.check_global_batches, lambda guess=guess: dict(guess))
+        told_back = message.replace(f"said {guess['v5e-1']}", "").replace(f"said {guess['4 GPUs']}", "")
+        told_back = told_back.replace(f"v2-8: {guess['v2-8']}", "").replace(f"v5e-1: {guess['v5e-1']}", "")
+        assert "512" not in told_back and "256" not in told_back, message
+        assert "8 x 64" not in message and "4 x 64" not in message, message

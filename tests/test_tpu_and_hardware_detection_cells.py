@@ -58,9 +58,11 @@ DETECT = "def attempt(label, call):"  # section 2: the four calls
 READ_ERROR = 'print("this TensorFlow defines the op:"'  # section 2: reading the error
 OLD_WAYS = 'for name in ("COLAB_TPU_ADDR"'  # section 3
 CHAIN = "def choose_hardware("  # section 4: the chain
+BUILD = "def build_strategy("  # section 4: the strategy each answer builds
 REAL_CHAIN = "choose_hardware()\nstrategy = build_strategy(kind, found)"  # section 4: this machine
 CORES = 'cores = tf.config.list_logical_devices("TPU")'  # section 4: a cell that needs a TPU
 NAIVE = "def naive_loop("  # section 7: the eager strategy.run
+NAIVE_RUN = "x_toy = rng.normal("  # section 7: naive_loop run on the toy data
 INSTALL = "def tpu_chips():"  # section 1: the guarded install
 SOLUTION = "def tpu_ready_loop("  # section 8: the TPU-ready loop
 
@@ -193,7 +195,7 @@ def run_cells(machine: FakeMachine, capsys: pytest.CaptureFixture, *markers: str
     return printed, namespace
 
 
-ALL = (DETECT, READ_ERROR, OLD_WAYS, CHAIN, REAL_CHAIN, CORES, NAIVE)
+ALL = (DETECT, READ_ERROR, OLD_WAYS, CHAIN, BUILD, REAL_CHAIN, CORES, NAIVE, NAIVE_RUN)
 
 
 def test_on_a_tpu_every_cell_takes_the_tpu_branch(capsys) -> None:
@@ -214,10 +216,10 @@ def test_on_a_tpu_every_cell_takes_the_tpu_branch(capsys) -> None:
     # The eager strategy.run is refused, and the cell shows the error instead of raising it.
     assert (
         "TPUStrategy refused the first step: TPUStrategy.run(fn, ...) does not support pure eager execution.\n"
-        in out[NAIVE]
+        in out[NAIVE_RUN]
     )
-    assert "calls for" not in out[NAIVE]
-    assert out[NAIVE].endswith("per-replica batch shapes on 1 replicas, step by step:\n    [(8, 6)]\n")
+    assert "calls for" not in out[NAIVE_RUN]
+    assert out[NAIVE_RUN].endswith("per-replica batch shapes on 1 replicas, step by step:\n    [(8, 6)]\n")
 
 
 @pytest.mark.parametrize(
@@ -244,8 +246,8 @@ def test_on_gpus_the_cells_take_the_no_tpu_branch(capsys, no_tpu_error, gpus, st
         f"chose: {strategy} on {names}, {gpus} replicas in sync",
     ]
     assert out[CORES] == "No TPU on this runtime (GPU): skipped listing the TPU cores.\n"
-    assert "6 calls for 6 steps; tf.function that ran them: None\n" in out[NAIVE]
-    assert f"shapes on {gpus} replicas, step by step:\n    {shapes}\n" in out[NAIVE]
+    assert "6 calls for 6 steps; tf.function that ran them: None\n" in out[NAIVE_RUN]
+    assert f"shapes on {gpus} replicas, step by step:\n    {shapes}\n" in out[NAIVE_RUN]
 
 
 def test_on_cpus_the_cells_print_what_the_master_stores(capsys, no_tpu_error) -> None:
@@ -297,7 +299,7 @@ def test_re_running_the_chain_cells_reuses_the_strategy(capsys, no_tpu_error) ->
     fake._replaced["distribute"]._replaced["MirroredStrategy"] = mirrored
     namespace: dict[str, Any] = {"tf": fake}
     for _ in range(2):
-        for marker in (CHAIN, REAL_CHAIN):
+        for marker in (CHAIN, BUILD, REAL_CHAIN):
             exec(compile(_source(cell(marker)), f"{NAME}: {marker}", "exec"), namespace)
     assert len(made) == 1
 
@@ -393,7 +395,7 @@ def test_the_notebook_asks_colab_for_a_cpu_runtime() -> None:
     "exercise, reveal, answer",
     [
         ("trace_count", "def count_compilations(dataset):", "compiled for [(4,), (2,)]"),
-        ("replica_batches", NAIVE, "[(2, 6), (1, 6)]"),
+        ("replica_batches", NAIVE_RUN, "[(2, 6), (1, 6)]"),
     ],
 )
 def test_each_prediction_is_asked_before_the_cell_that_shows_it(exercise, reveal, answer) -> None:

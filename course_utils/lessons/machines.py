@@ -127,7 +127,8 @@ def draw_fallback_chain(kind: str, found: Any, tried: list[str]) -> Any:
     # TPU VM: the TPU is attached to the machine that runs Python.
     box(vm, 0.5, 0.4, 9, 3.0, "", "#f7f7f7", "gray")
     vm.text(5, 3.1, "one machine", ha="center", fontsize=9, color="dimgray")
-    box(vm, 1.0, 1.2, 3.2, 1.2, "Python + TensorFlow\n(tensorflow-tpu)", "#fff7d6")
+    box(vm, 1.0, 1.2, 3.2, 1.2, "Python + tensorflow-tpu\n(on Colab: installed by\nthe cell after set-up)",
+        "#fff7d6")  # fmt: skip
     box(vm, 6.0, 1.2, 3.0, 1.2, "TPU chips", "#e3f0fb")
     arrow(vm, (4.3, 1.8), (5.9, 1.8), 'tpu="local"')
     vm.set_title("TPU VM (today, Colab included)", fontsize=10)
