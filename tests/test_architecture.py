@@ -196,6 +196,8 @@ def test_the_core_is_small() -> None:
     # parameter-server picture (lessons/parameter_servers.py), +259 lines;
     # and by 100 more for notebook 11's tf.distribute step run in a fresh process, moved out of its cell
     # (lessons/keras_on_jax.py, +53 lines), and jax_port_loss's and jax_tensor_parallel's new checks
-    # (a fixed divisor, a key giving a bias a kernel's layout, +27 lines).
+    # (a fixed divisor, a key giving a bias a kernel's layout, +27 lines);
+    # and by 100 more for notebook 09's slow reader and its clocks, moved out of section 5's cell
+    # (lessons/performance.py, +78 lines), and dataset_fn's and call_cost_prediction's new hints (+30 lines).
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 12500, f"course_utils is {whole} lines"
+    assert whole <= 12600, f"course_utils is {whole} lines"

@@ -124,19 +124,33 @@ def test_logged_steps_placeholder_is_named() -> None:
 # --------------------------------------------------------------------------- dataset_fn
 
 
-def _dataset_fn(*, per_replica=True, shard=True, drop_remainder=True, repeat=True, shuffle=False):
+def _dataset_fn(
+    *,
+    per_replica=True,
+    shard=True,
+    drop_remainder=True,
+    repeat=True,
+    shuffle=False,
+    by_replicas=False,
+    repeat_first=False,
+):
     """``make_dataset_fn`` as a student writes it, with planted mistakes."""
 
     def make_dataset_fn(features, labels, global_batch):
         def dataset_fn(input_context):
             dataset = tf.data.Dataset.from_tensor_slices((features, labels))
             if shard:
-                dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+                shards = (
+                    input_context.num_replicas_in_sync if by_replicas else input_context.num_input_pipelines
+                )
+                dataset = dataset.shard(shards, input_context.input_pipeline_id)
             if shuffle:
                 dataset = dataset.shuffle(1000, seed=1)
+            if repeat_first:
+                dataset = dataset.repeat()
             batch = input_context.get_per_replica_batch_size(global_batch) if per_replica else global_batch
             dataset = dataset.batch(batch, drop_remainder=drop_remainder)
-            return (dataset.repeat() if repeat else dataset).prefetch(tf.data.AUTOTUNE)
+            return (dataset.repeat() if repeat and not repeat_first else dataset).prefetch(tf.data.AUTOTUNE)
 
         return dataset_fn
 
@@ -157,8 +171,21 @@ def test_dataset_fn_right_answer_passes(two_replicas, capsys: pytest.CaptureFixt
         ({"drop_remainder": False}, "drop_remainder=True"),
         ({"repeat": False}, "repeat()"),
         ({"shuffle": True}, "do not shuffle"),
+        ({"by_replicas": True}, "not num_replicas_in_sync"),
+        ({"repeat_first": True}, "repeat() before batch()"),
+        ({"repeat_first": True, "drop_remainder": False}, "repeat() before batch()"),
     ],
-    ids=["global batch per replica", "the given code", "no shard", "short batch", "no repeat", "shuffled"],
+    ids=[
+        "global batch per replica",
+        "the given code",
+        "no shard",
+        "short batch",
+        "no repeat",
+        "shuffled",
+        "shards per replica",
+        "repeat then batch",
+        "repeat then batch, no drop",
+    ],
 )
 def test_dataset_fn_mistakes(two_replicas, mistake, hint: str) -> None:
     with pytest.raises(ExerciseError, match="Exercise dataset_fn") as error:
@@ -239,7 +266,8 @@ CALL_COST_MISTAKES = {
     "no gain at all": (lambda a, b: a, "no faster than at 2 steps per call"),
     "each doubling saves as much": (lambda a, b: a - 2.32 * (a - b), "each step still does its own work"),
     "each added step saves as much": (lambda a, b: a - 4 * (a - b), "is not 5 times faster"),
-    "the time of a call of 5": (lambda a, b: 2 * (a - b) + 5 * (2 * b - a), "no faster than at 2"),
+    "the time of a call of 5": (lambda a, b: 2 * (a - b) + 5 * (2 * b - a), "is a whole call of 5 steps"),
+    "a little faster than 2 steps": (lambda a, b: b - 0.2 * (a - b), "is closer to the times at 1 and 2"),
     "s + c/2, the 2-step time again": (lambda a, b: (2 * b - a) + (a - b), "no faster than at 2"),
     "s alone": (lambda a, b: 2 * b - a, "that is s, where the curve levels off"),
     "s + c/10": (lambda a, b: (2 * b - a) + (a - b) / 5, "does not follow from SHOWN"),

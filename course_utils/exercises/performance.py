@@ -265,6 +265,12 @@ def _first_examples(dataset_fn: Callable[[Any], Any], pipeline: int, pipelines: 
     return seen
 
 
+def _wraps(part: np.ndarray) -> bool:
+    """Whether one replica's batch runs in order past the epoch's last example back to its first."""
+    start = int(part[0])
+    return start + len(part) > EPOCH and part.tolist() == [(start + j) % EPOCH for j in range(len(part))]
+
+
 def check_dataset_fn(make_dataset_fn: Callable[[Any, Any, int], Any]) -> None:
     """``make_dataset_fn(features, labels, global_batch)`` returns ``dataset_fn(input_context)`` for
     ``strategy.distribute_datasets_from_function``; trained on 2 replicas, one device's update."""
@@ -279,6 +285,7 @@ def check_dataset_fn(make_dataset_fn: Callable[[Any, Any, int], Any]) -> None:
         strategy = _strategy(2)
         per_replica = DATASET_BATCH // 2
         batches = iter(strategy.distribute_datasets_from_function(dataset_fn))
+        seen: set[int] = set()
         for step in range(1, TRAIN_STEPS + 1):
             try:
                 parts = _rows_of(strategy.experimental_local_results(next(batches)[0]))
@@ -300,6 +307,19 @@ def check_dataset_fn(make_dataset_fn: Callable[[Any, Any, int], Any]) -> None:
                 f"(the end of an epoch of {EPOCH}, a short batch): batch with drop_remainder=True, so "
                 "that every step has a full global batch.",
             )
+            expect(
+                not any(_wraps(part) for part in parts),
+                f"Step {step} mixes the end of the epoch with the start of the next (repeat() before "
+                "batch()): batch(..., drop_remainder=True) first, then repeat().",
+            )
+            seen |= {int(i) for part in parts for i in part}
+        full = EPOCH // DATASET_BATCH * DATASET_BATCH
+        expect(
+            len(seen & set(range(full))) > full // 2,
+            f"On one worker (one input pipeline) the replicas saw only {len(seen & set(range(full)))} of the "
+            f"first {full} examples: shard with input_context.num_input_pipelines and input_pipeline_id "
+            "(workers), not num_replicas_in_sync.",
+        )
         first, second = (_first_examples(dataset_fn, i, 2) for i in (0, 1))
         expect(
             not first & second,
@@ -322,7 +342,6 @@ def check_dataset_fn(make_dataset_fn: Callable[[Any, Any, int], Any]) -> None:
         for _ in range(TRAIN_STEPS):
             train_step(next(iterator))
         update = compare.flat(model.trainable_variables) - before
-        full = EPOCH // DATASET_BATCH * DATASET_BATCH
         order = np.arange(TRAIN_STEPS * DATASET_BATCH) % full  # full batches, then the next epoch
         reference = one_device_reference(features[order], labels[order], DATASET_BATCH)
         mismatch = compare.mismatch(update, reference.update)
@@ -440,6 +459,15 @@ def check_call_cost_prediction(shown: Any, prediction: Any) -> None:
             f"PREDICTION = {p:g} ms: no faster than at 2 steps per call ({b:g} ms). Each call still pays its "
             f"fixed cost once, now shared by {k} steps: each step pays less of it."
         )
+        closer = (
+            f"PREDICTION = {p:g} ms is closer to the times at 1 and 2 steps per call ({a:g}, {b:g} ms) than "
+            f"c + k·s allows: a call of {k} steps pays c once, so each step pays c/{k}, less than the c/2 it "
+            "paid at 2."
+        )
+        whole_call = (
+            f"PREDICTION = {p:g} ms is a whole call of {k} steps, c + {k}s; the question asks per step: "
+            f"divide by {k}."
+        )
         a_minus_b = (
             f"PREDICTION = {p:g} ms takes c = a - b; but at 1 step a step pays all of c and at 2 steps c/2, "
             "so a - b = c/2: c = 2(a - b)."
@@ -448,9 +476,11 @@ def check_call_cost_prediction(shown: Any, prediction: Any) -> None:
         d = a - b  # what real reasoning gives instead, and its hint (c = a - b: s from either time)
         wrong = [(step, is_s), (b + d / k, a_minus_b), (b - d / 2 + d / k, a_minus_b), (a / k, faster),
                  (2 * b / k, faster), (a, no_gain), (b, no_gain)]  # fmt: skip
+        expect(abs(p - k * want) > k * tolerance, whole_call)  # c + k s: the time of the whole call
         value, hint = min(wrong, key=lambda mistake: abs(p - mistake[0]))
         expect(not (abs(p - value) <= tolerance and abs(p - value) < abs(p - want)), hint)
-        expect(p < b - 2 * tolerance and min(abs(p - a), abs(p - b)) >= abs(p - want), no_gain)
+        expect(p < b - 2 * tolerance, no_gain)
+        expect(min(abs(p - a), abs(p - b)) >= abs(p - want), closer)
         expect(p > step - tolerance, faster)
         expect(
             abs(p - want) <= tolerance,
