@@ -193,7 +193,7 @@ def test_the_core_is_small() -> None:
     # count of returns to Python, lessons/machines.py, +91 lines) and its checks' new hints;
     # and by 300 more for plumbing moved out of notebooks 07 and 08's cells, no new logic: starting,
     # killing, summing up and drawing the runs of 07's worker program (lessons/worker_runs.py) and 08's
-    # parameter-server picture (lessons/parameter_servers.py), +259 lines;
+    # parameter-server picture (now in lessons/coordinator.py), +259 lines;
     # and by 100 more for notebook 11's tf.distribute step run in a fresh process, moved out of its cell
     # (lessons/keras_on_jax.py, +53 lines), and jax_port_loss's and jax_tensor_parallel's new checks
     # (a fixed divisor, a key giving a bias a kernel's layout, +27 lines);

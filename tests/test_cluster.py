@@ -284,9 +284,19 @@ def test_a_killed_worker_is_reported() -> None:
 
 def test_time_limit_stops_the_cluster() -> None:
     cluster = cl.LocalCluster(SHOW, ["--serve", "60"], workers=2, timeout=2, verbose=False)
-    with pytest.raises(cl.ClusterError, match="did not finish within its time limit"):
+    with pytest.raises(cl.ClusterError, match=r"time limit \(2 s\): worker 0, worker 1 still running"):
         cluster.start()
         cluster.wait()
+    _nothing_left(cluster)
+
+
+def test_a_wait_that_leaves_the_others_alone_still_ends_at_the_time_limit() -> None:
+    with cl.LocalCluster(SHOW, ["--serve", "60"], workers=2, timeout=5, verbose=False) as cluster:
+        cluster.kill("worker 1")  # worker 0 is not stopped for it: it serves on, past the limit
+        with pytest.raises(
+            cl.ClusterError, match=r"\(5 s\): worker 0 still running, stopped by the launcher"
+        ):
+            cluster.wait(stop_on_failure=False)
     _nothing_left(cluster)
 
 

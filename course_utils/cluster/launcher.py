@@ -504,24 +504,29 @@ class LocalCluster:
             )
         raise WorkerFailed(message, name, reason, last, self._result())
 
-    def wait(self, timeout: Optional[float] = None) -> ClusterResult:
+    def wait(self, timeout: Optional[float] = None, *, stop_on_failure: bool = True) -> ClusterResult:
         """Wait until every task has ended; return their logs, or raise when one failed.
 
-        Whatever happens (a failure, the time limit, an interrupt), the cluster is stopped.
+        A failed task stops the others at once; with ``stop_on_failure=False`` they are left to end
+        by themselves (what do they do when a task dies?), then the failure is raised. Whatever
+        happens (a failure, the time limit, an interrupt), the cluster is stopped.
         """
         limit = self._limit(timeout)
         try:
             while True:
-                self._check_failures()
+                if stop_on_failure:
+                    self._check_failures()
                 if all(t.process is not None and t.process.poll() is not None for t in self._tasks.values()):
                     for task in self._tasks.values():
                         self._drain(task)
+                    self._check_failures()
                     break
                 if time.monotonic() > limit:
+                    running = self.alive()
                     raise self._give_up(
-                        f"The cluster did not finish within its time limit ({self.timeout:.0f} s) and "
-                        "was stopped.",
-                        list(self._tasks),
+                        f"The cluster did not finish within its time limit ({self.timeout:.0f} s): "
+                        f"{', '.join(running)} still running, stopped by the launcher.",
+                        running or list(self._tasks),
                     )
                 self._pump(0.1)
         except BaseException:

@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
 from ..cluster import ClusterResult, LocalCluster, TaskLog, WorkerFailed
+from ..errors import CourseError, shorten_error, summarize_error
+
+#: The exit code of a worker that saved its checkpoint on a preemption notice (``train.py``, part 4).
+PREEMPTED = 42
 
 
 @dataclass
@@ -31,33 +35,37 @@ class RunTimes:
 def run_workers(
     program: Union[str, Path],
     *args: Any,
-    kill: Optional[str] = None,
-    workers: int = 2,
+    sigkill: Optional[str] = None,
     cwd: Union[str, Path, None] = None,
     timeout: float = 600.0,
 ) -> tuple[ClusterResult, RunTimes]:
-    """Run ``program`` with ``args`` on ``workers`` worker processes until each has ended by itself.
+    """Run ``program`` with ``args`` on 2 worker processes until each has ended by itself.
 
-    With ``kill="worker 1"``, that worker is sent ``SIGKILL`` once it prints ``holding still``.
+    With ``sigkill="worker 1"``, that worker is sent ``SIGKILL`` once it prints ``holding still``.
     ``cwd`` defaults to the program's folder; ``timeout`` is the run's limit in seconds. Returns
-    every task's log and the run's times; a worker that was killed or failed ends the run, not the cell.
+    every task's log and the run's times. A run whose outcome was asked for (the kill happened, or
+    every worker exited with code 0 or 42, the code of a preemption) returns; any other failure
+    is raised (:class:`WorkerFailed`, naming the worker and how it ended).
     """
     program = Path(program).resolve()
     times = RunTimes(start=time.time())
     try:
         with LocalCluster(
-            str(program), args, workers=workers, cwd=cwd or program.parent, timeout=timeout, stream="none"
+            str(program), args, workers=2, cwd=cwd or program.parent, timeout=timeout, stream="none"
         ) as cluster:
-            if kill:
-                cluster.wait_for_line(kill, "holding still")
-                times.kill, times.killed = time.time(), kill
-                cluster.kill(kill)
-            while cluster.alive():  # let the others end by themselves: what do they do?
-                time.sleep(0.2)
-            times.end = time.time()
-            return cluster.wait(), times
-    except WorkerFailed as failed:  # a worker was killed or ended with an error
-        return failed.result, times
+            if sigkill:
+                cluster.wait_for_line(sigkill, "holding still")
+                times.kill, times.killed = time.time(), sigkill
+                cluster.kill(sigkill)
+            try:  # let the others end by themselves: what do they do?
+                result = cluster.wait(stop_on_failure=False)
+            finally:
+                times.end = time.time()
+            return result, times
+    except WorkerFailed as failed:
+        if times.kill is not None or {task.returncode for task in failed.result} <= {0, PREEMPTED}:
+            return failed.result, times
+        raise
 
 
 def show_run(result: ClusterResult, events: list[str]) -> None:
@@ -77,6 +85,9 @@ def show_run(result: ClusterResult, events: list[str]) -> None:
 
 def summarise_run(result: ClusterResult) -> list[str]:
     """The events of a run of notebook 07's ``train.py``, from what its two workers printed and reported."""
+    for task in result:
+        if not task.data.get("steps"):
+            raise CourseError(f"{task.task} trained no step: it ended with {task.how_it_ended()}.")
     w0, w1 = result["worker 0"], result["worker 1"]
     steps = [s[0] for s in w0.data["steps"]]
     same = [s[2] for s in w0.data["steps"]] == [s[2] for s in w1.data["steps"]]
@@ -98,15 +109,14 @@ def summarise_run(result: ClusterResult) -> list[str]:
     return events
 
 
-def heartbeat_error(task: TaskLog) -> str:
-    """The error a task ended with when another stopped sending heartbeats, on one line
-    (``UnavailableError: The following tasks are unhealthy ...: /job:...``), or ``""``."""
-    found = re.search(
-        r"^tensorflow\.python\.framework\.errors_impl\.(\w+): .*?(The following tasks are unhealthy[^:]*):\s*(\S+)",
-        "\n".join(task.stderr_tail),
-        re.S | re.M,
-    )
-    return f"{found[1]}: {found[2]}: {found[3]}" if found else ""
+def survivor_error(task: TaskLog) -> str:
+    """The error ``task`` ended with, on one line (``Type: message``, as :meth:`TaskLog.how_it_ended`
+    reads it), or ``""``. When the message names tasks that stopped sending heartbeats, only that
+    clause is kept: ``UnavailableError: The following tasks are unhealthy (...): /job:...``."""
+    error = summarize_error(task.stderr_tail, limit=100_000)
+    kind, _, message = error.partition(": ")
+    unhealthy = re.search(r"The following tasks are unhealthy[^:]*:\s*\S+", message)
+    return f"{kind}: {unhealthy[0]}" if unhealthy else shorten_error(error)
 
 
 def draw_cluster(cluster: Mapping[str, list[str]], title: str = "") -> Any:
