@@ -292,7 +292,7 @@ def test_collectives_hints_never_give_the_count(judged: dict) -> None:
 
 
 def test_collectives_judged_where_keras_runs_on_tensorflow() -> None:
-    """A grader's Keras runs on TensorFlow (as this session's): the check compiles its reference
+    """A grader's Keras runs on TensorFlow (as in this test process): the check compiles its reference
     steps in a fresh process with Keras on JAX, and judges alike."""
     import keras
 
