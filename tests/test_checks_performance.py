@@ -257,6 +257,13 @@ def test_call_cost_prediction_right_answers_pass(shown, capsys: pytest.CaptureFi
     assert capsys.readouterr().out.count("[pass] call_cost_prediction") == 3
 
 
+def test_call_cost_prediction_right_answer_passes_when_the_call_costs_little(capsys) -> None:
+    """c = 0.06 ms: the right answer (0.452 ms) lies 0.009 ms below the 2-step time; it passes."""
+    for prediction in (0.44 + 0.06 / 5, 0.45):
+        ex.check_call_cost_prediction({1: 0.5, 2: 0.47}, prediction)
+    assert capsys.readouterr().out.count("[pass] call_cost_prediction") == 2
+
+
 #: Wrong predictions real reasoning gives, as functions of the shown times a (1 step) and b (2 steps):
 #: c = 2(a - b), s = 2b - a, and the right answer s + c/5.
 CALL_COST_MISTAKES = {
@@ -296,11 +303,21 @@ def test_call_cost_prediction_mistakes(shown, mistake: str) -> None:
         ({1: 6.23, 2: 5.21}, None, "is not done yet"),
         ({1: 6.23, 2: 6.4}, 6.0, "re-run the timing cell"),  # a busy moment: 2 steps per call slower
         ({1: 6.23, 2: 3.0}, 0.3, "re-run the timing cell"),  # more than twice as fast: s < 0
+        ({1: 0.5, 2: 0.49}, 0.49, "closer than their rounding"),  # c = 0.02 ms: below the print's rounding
         ([6.23, 5.21], 4.3, "Set SHOWN to the line"),
         ({"1": 6.23, "2": 5.21}, 4.3, "Set SHOWN to the line"),
         ({1: 6.23, 2: 5.21}, "4.3 ms", "PREDICTION is one number"),
     ],
-    ids=["blank", "no prediction", "noise slower", "noise faster", "a list", "string keys", "a string"],
+    ids=[
+        "blank",
+        "no prediction",
+        "noise slower",
+        "noise faster",
+        "too close",
+        "a list",
+        "string keys",
+        "a string",
+    ],
 )
 def test_call_cost_prediction_bad_inputs(shown, prediction, hint: str) -> None:
     with pytest.raises(ExerciseError, match="Exercise call_cost_prediction") as error:

@@ -120,6 +120,13 @@ def test_the_judge_reads_nothing_but_plain_data(wire) -> None:
         ("def f():\n    a = 2.5\n    b = -a + 8.5\n    return (a + b) / 2\n", "f", True, 4.25),
         ("BATCHES = [[4, 4]] * 5 + [[2, 1]]", "BATCHES", False, [[4, 4]] * 5 + [[2, 1]]),
         ("BATCHES = 2 * [[4, 4]]", "BATCHES", False, [[4, 4], [4, 4]]),
+        # arithmetic on the pasted times, item by item (a lookup, nothing run)
+        (
+            "SHOWN = {1: 4.47, 2: 3.59}\nc = 2 * (SHOWN[1] - SHOWN[2])\ns = SHOWN[1] - c\nPREDICTION = s + c / 5",
+            "PREDICTION",
+            False,
+            (4.47 - 2 * (4.47 - 3.59)) + 2 * (4.47 - 3.59) / 5,
+        ),
     ],
 )
 def test_a_prediction_is_read_from_the_source(source, name, returned, want) -> None:
@@ -137,6 +144,9 @@ def test_a_prediction_is_read_from_the_source(source, name, returned, want) -> N
         ("N = [[4, 4]] * 334", "N", False),  # 1,002 items: a list so built holds at most 1,000
         ("N = [[0] * 40] * 20 + [[0] * 40] * 5", "N", False),
         ("N = ['a'] * 3", "N", False),
+        ("N = SHOWN[1]", "N", False),  # a name the answer never bound
+        ("X = [1]\nN = X[5]", "N", False),
+        ("X = {1: 2}\nN = X[X]", "N", False),
     ],
 )
 def test_a_prediction_that_is_code_is_refused(source, name, returned) -> None:

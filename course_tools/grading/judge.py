@@ -261,10 +261,15 @@ def _list_arithmetic(op: ast.operator, left: Any, right: Any) -> list:
     raise ValueError("arithmetic on something other than numbers")
 
 
+#: What a lookup in :func:`constant` found when the key is not there.
+_MISSING = object()
+
+
 def constant(node: ast.AST, names: Mapping[str, Any]) -> Any:
     """The value of ``node`` when it is a literal, or arithmetic on numbers (``(2.5 + 6.0) / 2``,
     ``math.ceil(1000 / 64)``), a name bound to one in ``names``, or a list, tuple or dict of them,
-    or lists of numbers repeated or joined (``[[4, 4]] * 5 + [[2, 1]]``); ``ValueError`` otherwise.
+    or lists of numbers repeated or joined (``[[4, 4]] * 5 + [[2, 1]]``), or an item of a list or dict
+    bound in ``names`` (``SHOWN[1]``); ``ValueError`` otherwise.
     Every number stays within 1e30 and every list so built within 1,000 items, so nothing here can
     be made slow."""
     if isinstance(node, ast.Constant) and isinstance(
@@ -294,6 +299,15 @@ def constant(node: ast.AST, names: Mapping[str, Any]) -> Any:
                 return _bounded(_FUNCTIONS[ast.unparse(node.func)](*args))
             except (ArithmeticError, ValueError, TypeError) as error:
                 raise ValueError(str(error)) from None
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in names:
+        container, key = names[node.value.id], constant(node.slice, names)  # SHOWN[1]: a lookup, nothing run
+        found = (
+            container.get(key, _MISSING) if isinstance(container, dict) and isinstance(key, (int, float, str))
+            else container[key] if isinstance(container, (list, tuple)) and type(key) is int and -len(container) <= key < len(container)
+            else _MISSING
+        )  # fmt: skip
+        if found is not _MISSING:
+            return found
     if isinstance(node, (ast.List, ast.Tuple)):
         items = [constant(item, names) for item in node.elts]
         return items if isinstance(node, ast.List) else tuple(items)
@@ -379,8 +393,8 @@ def _value(node: ast.expr, names: Mapping[str, Any], name: str) -> Any:
         return constant(node, names)
     except (ValueError, RecursionError):
         raise ValueError(
-            f"{name} must be your prediction written as a number (or a list or dict of numbers; arithmetic on "
-            f"numbers is fine), not computed by code: the grader reads it without running it (found "
+            f"{name} must be your prediction written as a number (or a string, or a list or dict of them; "
+            f"arithmetic on numbers is fine), not computed by code: the grader reads it without running it (found "
             f"`{ast.unparse(node)[:80]}`)"
         ) from None
 

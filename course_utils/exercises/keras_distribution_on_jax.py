@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import compare
 from ..checks import exercise, expect, passed
-from ..errors import ExerciseError
+from ..errors import ExerciseError, last_error_line
 
 #: Float noise of these few steps on 2 devices is ~1e-7 relative; a real mistake is of order 1.
 UPDATE_RTOL = 1e-5
@@ -465,7 +465,9 @@ def _measured_in_a_jax_process() -> dict[str, dict[str, int]]:
     )
     result = run_python(code, env={"KERAS_BACKEND": "jax", "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"})
     if not result.ok:
-        raise ExerciseError(f"compiling the reference steps on JAX failed: {result.stderr.strip()[-300:]}")
+        raise ExerciseError(
+            f"compiling the reference steps on JAX failed: {last_error_line(result.stderr) or result.returncode}"
+        )
     data: dict[str, dict[str, int]] = last_result(result.stdout)
     return data
 

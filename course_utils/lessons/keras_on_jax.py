@@ -19,7 +19,7 @@ import numpy as np
 
 from ..config import Settings
 from ..devices import in_ci, in_colab
-from ..errors import ConfigError
+from ..errors import ConfigError, last_error_line
 
 #: The XLA flag that splits the host CPU into several JAX devices.
 CPU_DEVICES_FLAG = "--xla_force_host_platform_device_count"
@@ -154,5 +154,7 @@ def tensorflow_mean_factor() -> tuple[float, str, bool]:
         return NOTEBOOK_05_FACTOR, "not installed; notebook 05's stored result", False
     result = run_python(TF_STEP, env={"KERAS_BACKEND": "tensorflow", "XLA_FLAGS": ""})
     if not result.ok:
-        raise RuntimeError(f"the tf.distribute step failed: {result.stderr.strip()[-300:]}")
+        raise RuntimeError(
+            f"the tf.distribute step failed: {last_error_line(result.stderr) or result.returncode}"
+        )
     return float(result.stdout.split()[-1]), "measured now in a fresh process", True
