@@ -150,16 +150,17 @@ def _nothing_left(rows: list[Row]) -> None:
     "args, reason",
     [
         (
-            ["--serve", "60", "--fail", "worker 1"],
+            ["--serve", "300", "--fail", "worker 1"],
             "worker 1 failed: exit code 1 (RuntimeError: worker 1 was asked",
         ),
-        (["--serve", "60"], "worker 0 did not print a line matching"),
+        (["--serve", "300"], "worker 0 did not print a line matching"),
     ],
 )
 def test_the_cluster_check_leaves_no_process_and_no_port_when_it_fails(args, reason) -> None:
+    # The workers would serve 300 s: a check that stops them returns long before (about 5 s idle).
     start = time.monotonic()
     rows = doctor.cluster_rows(3.0, target=SHOW, args=args)
-    assert time.monotonic() - start < 30
+    assert time.monotonic() - start < 150
     assert [(r.name, r.status) for r in rows] == [("2-worker cluster", FAIL), ("trap keras#20585", NOTE)]
     assert rows[0].detail.startswith(reason), rows[0].detail
     assert rows[0].detail.endswith("stopped: no process or port left")
