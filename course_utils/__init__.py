@@ -6,11 +6,13 @@ name below is loaded from its module the first time it is used, and has this one
 * :func:`setup`, :func:`report` - notebook 00 (every set-up cell calls ``setup(cpus=N)``: the one
   split of the CPU into virtual devices)
 * :func:`use_virtual_cpus`, :func:`get_strategy`, :func:`describe` - notebooks 00 and 02
+  (:func:`all_reduce_ops`: the ops a strategy's all-reduce puts in a step, notebooks 01 and 02)
   (:func:`use_virtual_gpus`: the same split for a machine's one GPU)
 * :func:`use_op_threads` - the benchmark, ``course_tools.bench`` (one core per replica)
 * :func:`load_fashion_mnist`, :func:`load_mnist`, :func:`make_pipelines` - notebooks 03 and 04
 * :func:`custom_training_cnn`, :func:`keras_tutorial_cnn` - notebooks 01, 03, 04 and 09
-* :func:`run_python`, :func:`run_for_replicas` - demonstrations that need their own replica count
+* :func:`run_python`, :func:`run_for_replicas`, :func:`run_side_by_side` - demonstrations that
+  need their own replica count or environment
 * :func:`scratch_dir` - every notebook that writes files
 * :func:`format_metrics`, :func:`epoch_printer`, :func:`plot_history` - training notebooks
 * :func:`check_same_update` - notebook 10 (the same update on 1, 2 and 4 replicas, for your own
@@ -41,6 +43,7 @@ _EXPORTS = {
     "use_op_threads": "devices",
     "get_strategy": "hardware",
     "describe": "strategies",
+    "all_reduce_ops": "strategies",
     "connect_tpu": "strategies",
     "load_fashion_mnist": "data",
     "load_mnist": "data",
@@ -54,6 +57,7 @@ _EXPORTS = {
     "scratch_dir": "scratch",
     "run_python": "processes",
     "run_for_replicas": "processes",
+    "run_side_by_side": "processes",
     "LocalCluster": "cluster",
     "run_cluster": "cluster",
     "detect_strategy": "hardware",

@@ -13,9 +13,9 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
-from .errors import CourseError
+from .errors import CourseError, stable_error_line
 
 #: Environment that keeps TensorFlow's start-up chatter out of the captured output.
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": ""}
@@ -23,8 +23,7 @@ QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore", "CUDA_VISIB
 
 @dataclass(frozen=True)
 class ProcessResult:
-    """What a fresh process printed and how it ended (the error it died of, in one line:
-    :func:`course_utils.errors.last_error_line` of its ``stderr``)."""
+    """What a fresh process printed and how it ended (:attr:`error`: what it died of, in one line)."""
 
     returncode: int
     stdout: str
@@ -33,6 +32,12 @@ class ProcessResult:
     @property
     def ok(self) -> bool:
         return self.returncode == 0
+
+    @property
+    def error(self) -> str:
+        """The error the process died of, in one line that does not vary from run to run
+        (:func:`course_utils.errors.stable_error_line`); empty when it ended normally."""
+        return "" if self.ok else stable_error_line(self.stderr)
 
 
 def run_python(
@@ -83,6 +88,22 @@ def run_python(
     return ProcessResult(process.returncode, stdout, stderr)
 
 
+def run_side_by_side(
+    code: str,
+    envs: Sequence[Mapping[str, str]],
+    *,
+    replicas: Optional[int] = None,
+    timeout: float = 300.0,
+) -> list[ProcessResult]:
+    """Run the same ``code`` once per entry of ``envs`` (variables added for that run), each in a
+    fresh process, all at the same time; return the results in the order of ``envs``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, len(envs))) as pool:
+        futures = [pool.submit(run_python, code, replicas=replicas, env=env, timeout=timeout) for env in envs]
+        return [future.result() for future in futures]
+
+
 def run_for_replicas(
     code: str,
     counts: tuple[int, ...] = (1, 2, 4),
@@ -95,11 +116,8 @@ def run_for_replicas(
     Each process gets ``COURSE_REPLICAS=n``; the processes run at the same time, so three
     TensorFlow start-ups cost about as long as one on a machine with spare cores.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=len(counts)) as pool:
-        futures = {n: pool.submit(run_python, code, replicas=n, env=env, timeout=timeout) for n in counts}
-        return {n: future.result() for n, future in futures.items()}
+    envs = [{**(env or {}), "COURSE_REPLICAS": str(n)} for n in counts]
+    return dict(zip(counts, run_side_by_side(code, envs, timeout=timeout)))
 
 
 # --------------------------------------------------------------------------- finding processes

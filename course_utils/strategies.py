@@ -384,3 +384,29 @@ def describe(strategy: Any, *, show: bool = True) -> StrategyDescription:
     if show:
         print(info.table())
     return info
+
+
+def all_reduce_ops(strategy: Any) -> list[str]:
+    """The ops that combine the replicas' values in a step that all-reduces, read from its graph.
+
+    Traces (never runs) a ``tf.function`` in which every replica sums a small vector with
+    ``get_replica_context().all_reduce`` and lists the graph's combining ops, for example
+    ``CollectiveReduceV2 (ring) on CPU:0``: what the strategy's cross-device ops put in a step.
+    """
+    tf = _tf()
+
+    def replica_fn() -> Any:
+        context = tf.distribute.get_replica_context()
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.ones([2]))
+
+    graph = tf.function(lambda: strategy.run(replica_fn)).get_concrete_function().graph
+    found = []
+    for op in graph.get_operations():
+        if op.type.startswith(("Collective", "Nccl")) or op.type == "AddN":
+            hint = (
+                op.node_def.attr["communication_hint"].s.decode()
+                if "communication_hint" in op.node_def.attr
+                else ""
+            )
+            found.append(f"{op.type}{f' ({hint})' if hint else ''} on {_short_device(op.device)}")
+    return sorted(found)

@@ -7,7 +7,7 @@ import pytest
 
 from course_utils import checks
 from course_utils.errors import CourseError, ExerciseError, first_line, last_error_line
-from course_utils.processes import run_python
+from course_utils.processes import run_python, run_side_by_side
 from course_utils.progress import format_metrics
 from course_utils.runtime import check_versions
 from course_utils.scratch import scratch_dir
@@ -64,6 +64,15 @@ def test_run_python_reports_output_and_errors() -> None:
     assert not bad.ok and last_error_line(bad.stderr) == "ValueError: broken on purpose"
     with pytest.raises(CourseError, match="did not finish"):
         run_python("import time; time.sleep(30)", timeout=1)
+
+
+def test_run_side_by_side_keeps_the_order_of_its_environments() -> None:
+    code = "import os, sys; print(os.environ['WHICH'], os.environ.get('COURSE_REPLICAS')); sys.exit(int(os.environ['WHICH']))"
+    first, second = run_side_by_side(code, [{"WHICH": "0"}, {"WHICH": "3"}], replicas=2)
+    assert (first.stdout, first.ok, first.error) == ("0 2\n", True, "")
+    assert (second.stdout, second.returncode) == ("3 2\n", 3)
+    died = run_python("raise ValueError('bad value at 0x7f00aa')")
+    assert died.error == "ValueError: bad value at 0x..."  # an address varies: it is hidden
 
 
 def test_format_metrics() -> None:

@@ -63,6 +63,21 @@ def test_mirrored_on_cpus_uses_tensorflows_own_all_reduce() -> None:
     assert info.variable_devices == ("CPU:0", "CPU:1")
 
 
+def test_all_reduce_ops_reads_what_each_cross_device_ops_puts_in_a_step() -> None:
+    import tensorflow as tf
+
+    cpus = ["/cpu:0", "/cpu:1"]
+    ring = ["CollectiveReduceV2 (ring) on CPU:0", "CollectiveReduceV2 (ring) on CPU:1"]
+    assert (
+        course_utils.all_reduce_ops(course_utils.get_strategy("mirrored", replicas=2, verbose=False)) == ring
+    )
+    to_one = tf.distribute.MirroredStrategy(cpus, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    assert course_utils.all_reduce_ops(to_one) == ["AddN on CPU:0"]
+    nccl = tf.distribute.MirroredStrategy(cpus, cross_device_ops=tf.distribute.NcclAllReduce())
+    assert course_utils.all_reduce_ops(nccl) == ["NcclAllReduce on CPU:0", "NcclAllReduce on CPU:1"]
+    assert course_utils.all_reduce_ops(tf.distribute.OneDeviceStrategy("/cpu:0")) == []
+
+
 def test_central_storage_keeps_variables_on_one_device() -> None:
     info = course_utils.describe(course_utils.get_strategy("central_storage", verbose=False), show=False)
     assert info.variable_devices == ("CPU:0",)
