@@ -8,7 +8,6 @@ name below is loaded from its module the first time it is used, and has this one
 * :func:`use_virtual_cpus`, :func:`get_strategy`, :func:`describe` - notebooks 00 and 02
   (:func:`all_reduce_ops`: the ops a strategy's all-reduce puts in a step, notebooks 01 and 02)
   (:func:`use_virtual_gpus`: the same split for a machine's one GPU)
-* :func:`use_op_threads` - the benchmark, ``course_tools.bench`` (one core per replica)
 * :func:`load_fashion_mnist`, :func:`load_mnist`, :func:`make_pipelines` - notebooks 03 and 04
 * :func:`custom_training_cnn`, :func:`keras_tutorial_cnn` - notebooks 01, 03, 04 and 09
 * :func:`run_python`, :func:`run_for_replicas`, :func:`run_side_by_side` - demonstrations that
@@ -40,7 +39,6 @@ _EXPORTS = {
     "STRATEGY_KINDS": "config",
     "use_virtual_cpus": "devices",
     "use_virtual_gpus": "devices",
-    "use_op_threads": "devices",
     "get_strategy": "hardware",
     "describe": "strategies",
     "all_reduce_ops": "strategies",

@@ -35,8 +35,7 @@ class ProcessResult:
 
     @property
     def error(self) -> str:
-        """The error the process died of, in one line that does not vary from run to run
-        (:func:`course_utils.errors.stable_error_line`); empty when it ended normally."""
+        """What the process died of, in one line that does not vary (empty when it ended well)."""
         return "" if self.ok else stable_error_line(self.stderr)
 
 
@@ -111,11 +110,8 @@ def run_for_replicas(
     env: Optional[Mapping[str, str]] = None,
     timeout: float = 300.0,
 ) -> dict[int, ProcessResult]:
-    """Run the same ``code`` once per replica count, each in a fresh process, side by side.
-
-    Each process gets ``COURSE_REPLICAS=n``; the processes run at the same time, so three
-    TensorFlow start-ups cost about as long as one on a machine with spare cores.
-    """
+    """:func:`run_side_by_side` with ``COURSE_REPLICAS=n`` for each ``n`` of ``counts``: three
+    TensorFlow start-ups cost about as long as one on a machine with spare cores."""
     envs = [{**(env or {}), "COURSE_REPLICAS": str(n)} for n in counts]
     return dict(zip(counts, run_side_by_side(code, envs, timeout=timeout)))
 

@@ -221,13 +221,14 @@ def test_bad_environment_in_setup_is_one_clear_line() -> None:
     ("replicas", "available", "expected"), [(1, 2, 2), (2, 2, 1), (4, 2, 1), (2, 8, 4), (3, 8, 2)]
 )
 def test_threads_per_replica_divides_the_cores(replicas, available, expected) -> None:
-    from course_utils.devices import threads_per_replica
+    from course_tools.bench.threads import threads_per_replica
 
     assert threads_per_replica(replicas, available) == expected
 
 
 def test_threads_per_replica_rejects_bad_counts() -> None:
-    from course_utils.devices import cores, threads_per_replica
+    from course_tools.bench.threads import threads_per_replica
+    from course_utils.devices import cores
 
     with pytest.raises(ConfigError):
         threads_per_replica(0)
@@ -235,12 +236,13 @@ def test_threads_per_replica_rejects_bad_counts() -> None:
 
 
 def test_use_op_threads_after_start_says_restart() -> None:
+    from course_tools.bench.threads import use_op_threads
     from course_utils.errors import TensorFlowStartedError
 
     with pytest.raises(ConfigError):
-        course_utils.use_op_threads(0)
+        use_op_threads(0)
     with pytest.raises(TensorFlowStartedError) as info:
-        course_utils.use_op_threads(7)
+        use_op_threads(7)
     assert "Restart the kernel" in str(info.value)
     assert "use_op_threads(7)" in str(info.value)
 
@@ -248,9 +250,9 @@ def test_use_op_threads_after_start_says_restart() -> None:
 def test_use_op_threads_before_start_sets_the_intra_op_pool() -> None:
     result = course_utils.run_python(
         """
-        import course_utils
-        course_utils.use_op_threads(1)
-        course_utils.use_op_threads(1)  # the same value again does nothing
+        from course_tools.bench.threads import use_op_threads
+        use_op_threads(1)
+        use_op_threads(1)  # the same value again does nothing
         import tensorflow as tf
         print("threads", tf.config.threading.get_intra_op_parallelism_threads(), float(tf.constant(2.0) * 2))
         """,

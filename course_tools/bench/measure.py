@@ -113,9 +113,10 @@ def _child(spec: dict[str, Any]) -> None:
     turns = _Turns(**spec["turns"]) if spec.get("turns") else None
     try:
         from course_utils.data import FAST_SIZES, load_fashion_mnist
-        from course_utils.devices import use_op_threads
         from course_utils.runtime import setup
         from course_utils.strategies import mirrored_cpus
+
+        from .threads import use_op_threads
 
         setup(seed=42, show_report=False)
         replicas = int(spec["replicas"])

@@ -63,7 +63,7 @@ class BenchConfig:
 
     def op_threads(self, replicas: int) -> Optional[int]:
         """Threads per operation for a run on ``replicas`` replicas (None: TensorFlow's default)."""
-        from course_utils.devices import threads_per_replica
+        from .threads import threads_per_replica
 
         if self.threads == "default":
             return None
