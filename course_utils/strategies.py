@@ -386,12 +386,12 @@ def describe(strategy: Any, *, show: bool = True) -> StrategyDescription:
     return info
 
 
-def all_reduce_ops(strategy: Any) -> list[str]:
+def all_reduce_ops(strategy: Any, fn: Optional[Callable[..., Any]] = None, *args: Any) -> list[str]:
     """The ops that combine the replicas' values in a step that all-reduces, read from its graph.
 
-    Traces (never runs) a ``tf.function`` in which every replica sums a small vector with
-    ``get_replica_context().all_reduce`` and lists the graph's combining ops, for example
-    ``CollectiveReduceV2 (ring) on CPU:0``: what the strategy's cross-device ops put in a step.
+    Traces (never runs) a ``tf.function`` in which every replica runs ``fn(*args)`` (by default it
+    sums a small vector with ``get_replica_context().all_reduce``) and lists the graph's combining ops,
+    for example ``CollectiveReduceV2 (ring) on CPU:0``: what the strategy's cross-device ops put in a step.
     """
     tf = _tf()
 
@@ -399,7 +399,7 @@ def all_reduce_ops(strategy: Any) -> list[str]:
         context = tf.distribute.get_replica_context()
         return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.ones([2]))
 
-    graph = tf.function(lambda: strategy.run(replica_fn)).get_concrete_function().graph
+    graph = tf.function(lambda *a: strategy.run(fn or replica_fn, args=a)).get_concrete_function(*args).graph
     found = []
     for op in graph.get_operations():
         if op.type.startswith(("Collective", "Nccl")) or op.type == "AddN":

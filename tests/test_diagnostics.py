@@ -10,7 +10,7 @@ import pytest
 
 from course_utils.compare import checking_strategy
 from course_utils.errors import CourseError
-from course_utils.lessons.diagnostics import UpdateFactor, compare_updates, update_factor
+from course_utils.lessons.diagnostics import UpdateFactor, compare_updates, count_all_reduces, update_factor
 
 GLOBAL_BATCH = 8
 
@@ -160,3 +160,17 @@ def test_quiet_native_logs(capfd) -> None:
         os.write(2, b"native noise\n")
     os.write(2, b"visible\n")
     assert capfd.readouterr().err == "visible\n"
+
+
+def test_count_all_reduces_reads_a_replicas_step(two_replicas) -> None:
+    """Two all-reduces in a replica's step are counted once per replica; none on one device."""
+    import tensorflow as tf
+
+    def two_sums(x):
+        context = tf.distribute.get_replica_context()
+        total = context.all_reduce(tf.distribute.ReduceOp.SUM, x)
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, total * total)
+
+    for strategy, want in [(two_replicas, 2), (checking_strategy(1), 0)]:
+        x = strategy.experimental_distribute_values_from_function(lambda _: tf.constant([1.0, 2.0]))
+        assert count_all_reduces(strategy, two_sums, x) == want

@@ -98,6 +98,8 @@ JUDGED: dict[str, Judged] = {
     "scaled_batch_and_lr": Judged("keras_model_fit", "check_scaled_batch_and_lr", ("fn:scaled_batch_and_lr",)),
     "adam_update_factor": Judged("custom_training_loops", "check_adam_update_factor", ("literal:PREDICTION",)),
     "predict_clip_factor": Judged("loss_scaling_pitfalls", "check_predict_clip_factor", ("literal:PREDICTION",)),
+    "lone_example_factor": Judged("loss_scaling_pitfalls", "check_lone_example_factor",
+                                  ("literal:LONE_EXAMPLE_FACTOR",)),
     "shard_count": Judged("parameter_servers", "check_shard_count", ("literal:PREDICTION",)),
     "trace_count": Judged("tpu_and_hardware_detection", "check_trace_count", ("literal:TRACES",)),
     "replica_batches": Judged("tpu_and_hardware_detection", "check_replica_batches", ("literal:BATCHES",)),

@@ -1,11 +1,11 @@
 """Notebook 05 (loss-scaling pitfalls): its exercise checks.
 
-Every check runs the student's code on 2 replicas next to one device, so that code that is right
-on one replica and wrong on two fails. The loss and clipping checks compare training updates with
-a correct single-device reference (:func:`course_utils.lessons.diagnostics.update_factor`, on
-:mod:`course_utils.compare`) and name the factor found (``2.00x``) and its usual cause; a check
-about clipping runs with the clip firing and not. The moments and dropout checks compare what each
-replica returns with what one device returns for the whole global batch.
+Every check runs on 2 replicas next to one device, so that code that is right on one replica and
+wrong on two fails. The two predictions are measured, never taken on trust; the clipping check
+compares training updates with a correct single-device reference
+(:func:`course_utils.lessons.diagnostics.update_factor`), with the clip firing and not. The moments
+and dropout checks compare what each replica returns with what one device returns for the whole
+global batch. A hint names the mistake; it never prints the answer.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 
 from ..checks import exercise, expect, passed
 from ..compare import checking_strategy, distribute
-from ..lessons.diagnostics import MISMATCH_TOLERANCE, UpdateFactor, update_factor
+from ..lessons.diagnostics import UpdateFactor, update_factor
 
 REPLICAS = 2
 FEATURES = 4
@@ -74,23 +74,6 @@ def _loss_fn() -> Any:
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 
 
-def _reference_step() -> Callable[..., Any]:
-    """The correct step on one device: the mean loss over the batch."""
-    import keras
-    import tensorflow as tf
-
-    mean_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    def step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
-        with tf.GradientTape() as tape:
-            loss = mean_loss(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    return step
-
-
 def two_replicas() -> Any:
     """The 2-replica strategy of these checks (:func:`course_utils.compare.checking_strategy`)."""
     return checking_strategy(REPLICAS)
@@ -102,25 +85,6 @@ def _measure(step: Any, build: Callable[[], Any], batch: tuple, **kwargs: Any) -
 
 def _near(value: Any, target: float, tol: float = 1e-3) -> bool:
     return value is not None and math.isfinite(value) and abs(value - target) <= tol * max(1.0, abs(target))
-
-
-def _factor_text(result: UpdateFactor) -> str:
-    text = (
-        f"On {result.replicas} replicas your step's update is {result.factor:.2f}x the correct "
-        "single-device update"
-    )
-    if result.mismatch > MISMATCH_TOLERANCE:
-        text += f" and points in another direction too ({100 * result.mismatch:.1f}% mismatch)"
-    return text + "."
-
-
-def _scaling_hint(result: UpdateFactor) -> str:
-    if _near(result.factor, result.replicas, 1e-2):
-        return (
-            f"{_factor_text(result)} Each replica averaged over its own examples only and the "
-            "strategy then SUMS the replicas' gradients: divide by the whole global batch."
-        )
-    return f"{_factor_text(result)} Divide the sum of the losses by the whole global batch, once."
 
 
 # --------------------------------------------------------------------------- clipping
@@ -179,26 +143,18 @@ def check_predict_clip_factor(prediction: Any) -> None:
                 "strategy summed them.",
             )
             return
-        said = f"You predicted {prediction:g}; measured: {measured:.2f}x."
         if _near(prediction, 1.0, 0.05):
             expect(
                 False,
-                f"{said} 1.0 would be right if the clip acted on the summed gradient, as on one "
-                "device. Keras 3's optimizer clips inside apply_gradients, on each replica, BEFORE "
-                "the all-reduce: each replica's gradient was clipped to the clip norm, and the "
-                "strategy then summed 2 of them.",
+                "Not 1: that holds only if the clip acts on the summed gradient. Where does "
+                "apply_gradients clip under a strategy?",
             )
         if _near(prediction, 0.5, 0.05):
-            expect(
-                False,
-                f"{said} Each replica's gradient is half the batch's gradient, but both halves are "
-                "still far above the clip norm, so each is clipped to the full clip norm before "
-                "the strategy sums them.",
-            )
+            expect(False, "Not 0.5: each replica's half gradient is still far above the clip norm.")
         expect(
             False,
-            f"{said} Every gradient here is far above the clip norm. Work out the norm of the "
-            "update on one device, then on each replica before the sum, then after it.",
+            f"Not {prediction:g}: each replica's gradient is far above the clip norm, so what "
+            "norm does each replica pass on, and what does the strategy do with them?",
         )
 
 
@@ -252,33 +208,22 @@ def check_clip_after_sum(clip_summed_gradients: Callable[[Any, float], Any]) -> 
             if scaled and _near(result.factor, n, 1e-2):
                 expect(
                     False,
-                    f"{found} apply_gradients SUMS what the {n} replicas pass, so a clipped sum passed by "
-                    f"every replica counts {n} times. Pass 1/N of it (N = num_replicas_in_sync of the "
-                    "replica context).",
+                    f"{found} apply_gradients SUMS what the {n} replicas pass: the clipped sum "
+                    f"counts {n} times.",
                 )
             if scaled and _near(result.factor, 1 / n, 1e-2):
                 expect(
                     False,
-                    f"{found} The replicas' gradients were averaged (ReduceOp.MEAN) or divided by N twice: "
-                    "all-reduce with ReduceOp.SUM, clip, then pass 1/N of it.",
+                    f"{found} The replicas' gradients were averaged (ReduceOp.MEAN) or divided by N twice.",
                 )
             if result.factor > 5:
-                expect(
-                    False,
-                    f"{found} The gradients were not clipped: the update is as large as without clipping.",
-                )
+                expect(False, f"{found} The gradients were not clipped.")
             if n > 1 and result.mismatch > 1e-3:
-                expect(
-                    False,
-                    f"{found} Each replica clipped its own gradient, as the optimizer's global_clipnorm "
-                    "does. Clip the SUM of the replicas' gradients: sum them across replicas first (an "
-                    "all-reduce), then clip by global norm.",
-                )
+                expect(False, f"{found} Each replica clipped its own gradient, not their sum.")
             expect(
                 False,
-                f"{found} On one device the optimizer clips all the gradients together to global norm "
-                "clip_norm (tf.clip_by_global_norm on the whole list, not tf.clip_by_norm on each "
-                "tensor) and applies them; make the applied gradient that same one.",
+                f"{found} Not clipped by the global norm of the whole list "
+                "(tf.clip_by_norm on each tensor?).",
             )
     passed(
         "clip_after_sum",
@@ -287,57 +232,54 @@ def check_clip_after_sum(clip_summed_gradients: Callable[[Any, float], Any]) -> 
     )
 
 
-# --------------------------------------------------------------------------- kept exercises
+# --------------------------------------------------------------------------- lone_example_factor
 
 
-def check_average_loss(average_loss: Callable[[Any], Any], global_batch: int = 8) -> None:
-    """``average_loss(per_example_loss)`` must be right on full, short and empty replica batches."""
-    import keras
+def measured_lone_example_factor() -> float:
+    """The factor of exercise lone_example_factor, measured: a global batch of 3 examples split
+    2 + 1 on 2 replicas, each replica's loss ``compute_average_loss`` with its default denominator;
+    the lone example's weight in the summed gradient over its weight on one device (1/3)."""
     import tensorflow as tf
 
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    strategy = two_replicas()
+    with strategy.scope():
+        v = tf.Variable(tf.zeros(3))  # example i's loss is v[i]: its gradient is the example's weight
 
-    def step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
+    def replica_fn(index: Any) -> Any:
         with tf.GradientTape() as tape:
-            loss = average_loss(loss_fn(y, model(x, training=True)))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
+            loss = tf.nn.compute_average_loss(tf.gather(v, index))
+        return tf.convert_to_tensor(tape.gradient(loss, v))
 
-    with exercise("average_loss"):
-        for size, split in [
-            (global_batch, "full batch"),
-            (3, "short batch split 2 + 1"),
-            (1, "batch of 1: the second replica gets 0 examples"),
-        ]:
-            result = _measure(step, _classifier(), _data(size, seed=3), reference_step=_reference_step())
-            expect(
-                result.loss is not None and math.isfinite(result.loss),
-                f"On a {split} your loss is {result.loss}: a replica with no examples divided 0 "
-                "by 0. Use tf.math.divide_no_nan (or compute_average_loss, which does).",
+    (index,) = next(iter(distribute(strategy, [np.arange(3)])))
+    weights = strategy.reduce("SUM", strategy.run(replica_fn, args=(index,)), axis=None).numpy()
+    return float(weights[2] * 3)
+
+
+def check_lone_example_factor(prediction: Any) -> None:
+    """The predicted factor of the lone example of a batch of 3 split 2 + 1, default denominator."""
+    with exercise("lone_example_factor"):
+        expect(
+            isinstance(prediction, Real) and not isinstance(prediction, bool) and math.isfinite(prediction),
+            f"Set LONE_EXAMPLE_FACTOR to a number (its weight on 2 replicas over its weight on one "
+            f"device), not {prediction!r}.",
+        )
+        measured, guess = measured_lone_example_factor(), float(prediction)
+        if abs(guess - measured) <= 0.05:
+            passed(
+                "lone_example_factor",
+                f"{measured:.2f}x: its replica divided by 1 x 2 replicas, one device by 3.",
             )
-            if result.ok:
-                continue
-            if size == global_batch:
-                expect(False, f"On a {split}: " + _scaling_hint(result))
-            if _near(result.factor, size / global_batch, 1e-2):
-                expect(
-                    False,
-                    f"On a {split} of {size} examples: {_factor_text(result)} You divide by the "
-                    f"full global batch ({global_batch}) even when the batch is shorter. Divide by "
-                    "the number of examples actually in this global batch: all-reduce the local "
-                    "counts with tf.distribute.get_replica_context().all_reduce(...).",
-                )
-            expect(
-                False,
-                f"On a {split}: {_factor_text(result)} Dividing by this replica's own count (as "
-                "tf.reduce_mean does, and compute_average_loss's default denominator, this replica's "
-                "batch x replicas) weights the examples of a smaller replica batch more. Divide by "
-                "the total number of examples "
-                "of the global batch, summed over the replicas with "
-                "tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, ...).",
-            )
-    passed("average_loss", "full, short and empty replica batches all match the single-device mean.")
+            return
+        mistakes = {
+            1.0: "Not 1: without global_batch_size the denominator is not the global batch's 3 examples.",
+            0.75: "0.75 is the factor of each of the other two examples, whose replica holds 2.",
+            0.5: "0.5 is the lone example's weight on 2 replicas, not its factor.",
+        }
+        for value, hint in mistakes.items():
+            expect(not _near(guess, value, 0.05), hint)
+        expect(
+            False, f"Not {guess:g}: the lone example's replica divides by its own batch times the replicas."
+        )
 
 
 # --------------------------------------------------------------------------- running on replicas
@@ -393,50 +335,32 @@ def check_global_moments(global_moments: Callable[[Any], Any]) -> None:
                     if np.allclose(got, want, rtol=1e-4, atol=1e-5):
                         continue
                     sizes = " + ".join(str(len(range(rows)[p])) for p in parts)
-                    said = (
-                        f"On {where}, global batch of {rows} split {sizes}: replica {replica} returned "
-                        f"mean {np.round(got[0], 3).tolist()}, variance {np.round(got[1], 3).tolist()}; "
-                        f"the global batch's are {np.round(want[0], 3).tolist()} and "
-                        f"{np.round(want[1], 3).tolist()}."
-                    )
+                    said = f"On {where}, global batch of {rows} split {sizes}, replica {replica}:"
                     if np.allclose(got[0], want[0], rtol=1e-4, atol=1e-5) and np.allclose(
                         got[1], want[1] * rows / (rows - 1), rtol=1e-4, atol=1e-5
                     ):
                         expect(
                             False,
-                            f"{said} The mean is right; the variance divides by count - 1 (the unbiased "
-                            "estimate). BatchNorm normalizes with the plain one: divide by the count.",
+                            f"{said} the variance divides by count - 1; BatchNorm's divides by the count.",
                         )
                     local = x64[parts[replica]]
                     if np.allclose(got, [local.mean(0), local.var(0)], rtol=1e-4, atol=1e-5):
-                        expect(
-                            False,
-                            f"{said} Those are its own examples' moments (tf.nn.moments on the replica, "
-                            "what a per-replica BatchNorm uses): add up sums over the replicas with "
-                            "get_replica_context().all_reduce(SUM, ...).",
-                        )
+                        expect(False, f"{said} those are its own examples' moments, not the global batch's.")
                     local_vars = np.mean([x64[p].var(0) for p in parts], axis=0)
                     if np.allclose(got[0], want[0], rtol=1e-4, atol=1e-5) and np.allclose(
                         got[1], local_vars, rtol=1e-4, atol=1e-5
                     ):
                         expect(
                             False,
-                            f"{said} The mean is right; the variance is the replicas' variances "
-                            "averaged, which leaves out how far apart their means are. All-reduce the "
-                            "sums of x and of x * x and the count; variance = E[x^2] - mean^2.",
+                            f"{said} the mean is right; the variance averages the replicas' variances, "
+                            "not the batch's.",
                         )
                     if rows != GLOBAL_BATCH and strategy.num_replicas_in_sync > 1:
                         expect(
                             False,
-                            f"{said} Right on an even split, wrong on an uneven one: divide the "
-                            "all-reduced sums by the all-reduced count of examples, not by this "
-                            "replica's count times the replicas (or by the number of replicas).",
+                            f"{said} right on an even split only: not divided by the all-reduced count.",
                         )
-                    expect(
-                        False,
-                        f"{said} Every replica must return the moments of all the examples of the "
-                        "global batch: the sums over every replica divided by the total count.",
-                    )
+                    expect(False, f"{said} not the moments of every example of the global batch.")
     passed(
         "global_moments",
         "every replica returns the global batch's mean and variance (split 4 + 4 and 4 + 3), as one device.",
@@ -477,19 +401,16 @@ def check_replica_dropout(replica_dropout: Callable[[Any, float, Any], Any]) -> 
             kept = one != 0
             expect(
                 np.allclose(one[kept], x[kept] / (1 - rate), rtol=1e-5),
-                f"The kept activations must be divided by 1 - rate (x {1 / (1 - rate):g} at rate={rate}), so "
-                "that the expected output equals x, as keras.layers.Dropout does.",
+                f"At rate={rate} the kept activations are not divided by 1 - rate.",
             )
             # 48 draws: the kept share of a right mask lies within 4 standard deviations (0.29 at most).
             expect(
                 abs(kept.mean() - (1 - rate)) < 0.3,
-                f"At rate={rate} a share of about {rate:g} of the activations is dropped; yours drops "
-                f"{1 - kept.mean():.2f}: keep where the uniform draw is >= rate.",
+                f"At rate={rate} yours drops {1 - kept.mean():.2f} of the activations, not about {rate:g}.",
             )
         expect(
             np.array_equal(again, one),
-            "On one device, step 0 run twice gave two different masks: the run is not reproducible. "
-            "Draw the mask with a stateless op, tf.random.stateless_uniform(shape, seed=[..., step]).",
+            "On one device, step 0 run twice gave two different masks: the run is not reproducible.",
         )
         expect(
             not np.array_equal(one_1 != 0, kept),
@@ -498,16 +419,13 @@ def check_replica_dropout(replica_dropout: Callable[[Any, float, Any], Any]) -> 
         two, _, two_1 = outputs(two_replicas())
         expect(
             not np.array_equal(two[0] != 0, two[1] != 0),
-            "On 2 replicas both replicas drew the same mask for their 4 examples (as "
-            "keras.layers.Dropout does under a strategy), so examples 0 and 4 are dropped alike: "
-            "make each replica's mask depend on which examples of the global batch it holds.",
+            "On 2 replicas both replicas drew the same mask for their 4 examples, as "
+            "keras.layers.Dropout does.",
         )
         expect(
             np.array_equal(np.concatenate(two), one) and np.array_equal(np.concatenate(two_1), one_1),
-            "On 2 replicas the replicas' masks differ but are not one device's: they depend on the "
-            "replica count (a seed with the replica id?). Draw the mask of the whole global batch "
-            "(local rows x num_replicas_in_sync) with the same seed on every replica and keep this "
-            "replica's rows (from replica_id_in_sync_group x local rows).",
+            "On 2 replicas the masks differ but are not one device's: they depend on the replica "
+            "(its id in the seed?).",
         )
     passed(
         "replica_dropout",

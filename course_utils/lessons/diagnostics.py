@@ -8,7 +8,8 @@ replicas (:func:`course_utils.compare.run`), from the same weights on the same g
     result = update_factor(train_step, make_model, (x, y), replicas=2)
     print(result)          # 2.00x
 
-The exercise checks of notebook 05 use it too.
+The exercise checks of notebook 05 use it too; :func:`count_all_reduces` counts the all-reduces in a
+replica's step (its BatchNorm section).
 """
 
 from __future__ import annotations
@@ -127,3 +128,12 @@ def update_factor(
     if show:
         print(result.summary())
     return result
+
+
+def count_all_reduces(strategy: Any, fn: Callable[..., Any], *args: Any) -> int:
+    """How many all-reduces one replica runs in ``strategy.run(fn, args)``: the ``CollectiveReduceV2``
+    ops of :func:`course_utils.all_reduce_ops` (traced, never run), divided by the replicas."""
+    from ..strategies import all_reduce_ops
+
+    ops = all_reduce_ops(strategy, fn, *args)
+    return sum(op.startswith("CollectiveReduceV2") for op in ops) // strategy.num_replicas_in_sync
