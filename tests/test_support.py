@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
 import tensorflow as tf
 
 from course_tools import probes
@@ -65,6 +66,21 @@ def test_render_matrix_numbers_notes_once_per_distinct_problem():
     assert "[2] no TPU here." in lines
     assert "[3]" not in text
     assert rows[1].statuses == ("fails", "works") and rows[2].statuses == ("-", "works")
+
+
+def test_compare_with_pins_passes_the_same_matrix_and_refuses_a_change_on_the_pins(monkeypatch):
+    rows = [Row("broken", "fails: ValueError: boom.", "works")]
+    expected = {"broken": ("fails", "works")}
+    assert support.compare_with_pins(rows, expected, {"workers agree": True}).startswith("the matrix of")
+    assert "matches the pinned stack" in support.compare_with_pins(rows, expected, {"workers agree": True})
+    with pytest.raises(AssertionError, match="broken: expected \\('works', 'works'\\), found \\('fails'"):
+        support.compare_with_pins(rows, {"broken": ("works", "works")}, {})
+    with pytest.raises(AssertionError, match="no longer true: workers agree"):
+        support.compare_with_pins(rows, expected, {"workers agree": False})
+    monkeypatch.setattr(tf, "__version__", "2.99.0")  # another stack: listed, not refused
+    text = support.compare_with_pins(rows, {"broken": ("works", "works")}, {})
+    assert "the matrix of TensorFlow 2.99.0" in text and "differs from the pinned stack" in text
+    assert "broken: expected ('works', 'works'), found ('fails', 'works')" in text
 
 
 def test_outcomes_are_read_from_the_last_result_line(capsys):

@@ -32,13 +32,29 @@ STRATEGY_NAMES = (
     "TPUStrategy",
 )
 
-_WHY = {
-    "OneDeviceStrategy": "one device: nothing to distribute, but OneDeviceStrategy keeps the strategy interface",
-    "MirroredStrategy": "one machine, several devices, synchronous: a mirrored copy per device",
-    "MultiWorkerMirroredStrategy": "several machines, synchronous: mirrored copies across workers",
-    "ParameterServerStrategy": "asynchronous training needs parameter servers, on one machine or many",
-    "TPUStrategy": "TPU cores have their own strategy, on one host or a pod",
+
+#: What each synchronous pick does at every step, for the hint of an asynchronous cluster.
+_IN_STEP = {
+    "OneDeviceStrategy": "trains one copy on one device",
+    "MirroredStrategy": "updates every copy together at each step",
+    "MultiWorkerMirroredStrategy": "waits for every worker at each step",
 }
+
+
+def _mistake(got: str, machines: int, devices: int, device_type: str, synchronous: bool) -> str:
+    """Why ``got`` does not fit the cluster, from what ``got`` is (never naming what fits)."""
+    if got == "TPUStrategy" or device_type == "TPU":
+        does = "runs on TPU cores" if got == "TPUStrategy" else "does not drive TPU cores"
+        return f"which {does}; this cluster has {'TPUs' if device_type == 'TPU' else 'no TPU'}"
+    if got == "ParameterServerStrategy":
+        return "which trains asynchronously; this cluster trains synchronously"
+    if not synchronous:
+        return f"which {_IN_STEP[got]}; this cluster trains asynchronously"
+    if got == "MultiWorkerMirroredStrategy" or machines > 1:
+        does = "is for several machines" if machines == 1 else "drives the devices of one machine only"
+        return f"which {does}; this cluster has {machines} machine{'s' * (machines > 1)}"
+    does = "mirrors copies across several devices" if got == "MirroredStrategy" else "uses one device"
+    return f"which {does}; this machine has {devices} device{'s' * (devices > 1)}"
 
 
 def check_choose_strategy(choose_strategy: Callable[..., str]) -> None:
@@ -63,10 +79,7 @@ def check_choose_strategy(choose_strategy: Callable[..., str]) -> None:
             )
             expect(
                 got == want,
-                f"For {words} (machines={machines}, devices_per_machine={devices}, "
-                f"device_type={device_type!r}, synchronous={synchronous}) you chose {got}, but the "
-                f"answer is {want}: {_WHY[want]}. Check the order of your tests: TPU first, then "
-                "asynchronous, then the number of machines, then the number of devices.",
+                f"For {words} you chose {got}, {_mistake(got, machines, devices, device_type, synchronous)}.",
             )
     passed("choose_strategy", f"all {len(scenarios)} clusters get the right strategy.")
 
@@ -408,27 +421,26 @@ def check_reduce_prediction(prediction: Any) -> None:
             )
         ran = reduce_outcomes()
         shares = " and ".join(f"{v:.1f}" for v in ran["replicas"])
-        local = [sum(s) / len(s) for s in REDUCE_SHARDS]
-        if abs(prediction["SUM"] - sum(local)) < 1e-6 and abs(sum(local) - ran["SUM"]) > 1e-6:
-            expect(
-                False,
-                f"You predicted SUM = {prediction['SUM']:g}, as if each replica divided by its OWN number "
-                f"of losses; compute_average_loss divides by global_batch_size={REDUCE_GLOBAL_BATCH}, so "
-                f"the replicas hold {shares}, and the run gave SUM = {ran['SUM']:.1f}.",
-            )
+        own_means = sum(sum(s) / len(s) for s in REDUCE_SHARDS)
+        said = prediction["SUM"]
+        divides = f"(the sum of its losses) / global_batch_size={REDUCE_GLOBAL_BATCH}"
         expect(
-            abs(prediction["MEAN"] - ran["one device"]) > 1e-6 or abs(ran["MEAN"] - ran["one device"]) < 1e-6,
-            f"You predicted MEAN = {prediction['MEAN']:g}, one device's loss; but MEAN averages the 2 "
-            f"replicas' values ({shares}): {ran['MEAN']:.1f}. Each replica already holds its share of the "
-            "global loss, so it is the SUM that equals one device.",
+            abs(said - own_means) > 1e-6 or abs(own_means - ran["SUM"]) < 1e-6,
+            f"You predicted SUM = {said:g} as if each replica divided by its OWN number of losses; "
+            f"compute_average_loss divides by global_batch_size={REDUCE_GLOBAL_BATCH}.",
         )
-        for key in ("SUM", "MEAN"):
-            expect(
-                abs(prediction[key] - ran[key]) < 1e-6,
-                f"You predicted {key} = {prediction[key]:g}; on 2 replicas the run gave {ran[key]:.1f}. Each "
-                f"replica computed (sum of its losses) / {REDUCE_GLOBAL_BATCH}: {shares}; SUM adds them, "
-                "MEAN divides that by the 2 replicas.",
-            )
+        expect(
+            abs(said - ran["SUM"]) < 1e-6,
+            f"You predicted SUM = {said:g}: SUM adds the replicas' values, each {divides}.",
+        )
+        expect(
+            abs(prediction["MEAN"] - said) > 1e-6,
+            f"You predicted MEAN = SUM = {said:g}: MEAN averages the replicas' values; it does not add them.",
+        )
+        expect(
+            abs(prediction["MEAN"] - ran["MEAN"]) < 1e-6,
+            f"You predicted MEAN = {prediction['MEAN']:g}: MEAN averages the 2 replicas' values, each {divides}.",
+        )
     passed(
         "reduce_prediction",
         f"on 2 replicas ({shares}) SUM = {ran['SUM']:.1f}, one device's loss ({ran['one device']:.1f}); "

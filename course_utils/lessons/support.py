@@ -1,4 +1,4 @@
-"""Notebook 02: the scaffolding around its support matrix (processes, the table).
+"""Notebook 02: the scaffolding around its support matrix (processes, the table, the pinned outcomes).
 
 The probes (a tiny model trained with ``Model.fit`` or the custom loop under a strategy, and
 ``attempt``, which names what fails) are written in the notebook's cells. This module runs them
@@ -203,3 +203,29 @@ def render_matrix(rows: Sequence[Row]) -> str:
         lines.append("")
         lines.extend(f"[{number}] {note}" for number, note in enumerate(notes, 1))
     return "\n".join(lines)
+
+
+def compare_with_pins(
+    rows: Sequence[Row], expected: dict[str, tuple[str, str]], facts: dict[str, bool]
+) -> str:
+    """Whether ``rows`` show ``expected`` (row -> statuses) and ``facts`` (each true), as the pinned stack
+    (:data:`course_utils.versions.NEWEST`) does. On that stack a difference raises ``AssertionError``
+    (upstream changed: update section 7); on any other, the text returned lists what differs."""
+    import keras
+    import tensorflow as tf
+
+    from ..versions import NEWEST, release
+
+    found = {row.strategy: row.statuses for row in rows}
+    differences = [
+        f"{k.strip()}: expected {v}, found {found.get(k)}" for k, v in expected.items() if found.get(k) != v
+    ]
+    differences += [f"no longer true: {fact}" for fact, holds in facts.items() if not holds]
+    pinned = (NEWEST["tensorflow"], NEWEST["keras"])
+    if differences and (release(tf.__version__), release(keras.__version__)) == pinned:
+        raise AssertionError("upstream changed: update section 7 and its appendix. " + "; ".join(differences))
+    pins = "TensorFlow {}.{}, Keras {}.{}".format(*pinned[0], *pinned[1])
+    found_text = f"the matrix of TensorFlow {tf.__version__}, Keras {keras.__version__}"
+    if differences:
+        return f"{found_text} differs from the pinned stack ({pins}) in:\n  " + "\n  ".join(differences)
+    return f"{found_text} matches the pinned stack ({pins})"
