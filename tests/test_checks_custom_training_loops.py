@@ -48,7 +48,14 @@ def test_adam_prediction_blank() -> None:
 
 def test_adam_prediction_two() -> None:
     """The plausible wrong answer: the gradients are 2x on 2 replicas, so the update must be too."""
-    fails_with(ex.check_adam_update_factor, 2.0, "you predicted 2", "constant factor cancels", "SGD")
+    fails_with(ex.check_adam_update_factor, 2.0, "you predicted 2", "what does Adam divide")
+
+
+@pytest.mark.parametrize("prediction", [2.0, 0.5, 4.0])
+def test_adam_hints_never_show_the_measured_factor(prediction) -> None:
+    message = fails_with(ex.check_adam_update_factor, prediction, "you predicted")
+    for shown in (f"{ex.adam_update_factor():.2f}", f"{ex.adam_update_factor():.1f}", "measured", "cancels"):
+        assert shown not in message, message
 
 
 def test_adam_prediction_not_a_number() -> None:
@@ -158,6 +165,9 @@ def make_dataset_factory(tf, how="right"):
             elif how == "unbatched":
                 dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
                 return dataset
+            elif how in ("repeat2", "repeat_forever"):  # an epoch loop's habit: one pass is the caller's
+                dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+                dataset = dataset.repeat(2 if how == "repeat2" else None)
             elif how == "shuffled":
                 dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
                 dataset = dataset.shuffle(len(labels))
@@ -213,6 +223,19 @@ def test_dataset_fn_no_shard(tf) -> None:
     )
 
 
+@pytest.mark.parametrize("how", ["repeat2", "repeat_forever"])
+def test_dataset_fn_repeated(tf, how) -> None:
+    """Two passes gave a hint about skipped examples; an endless repeat kept the check reading."""
+    message = fails_with(
+        ex.check_per_replica_dataset_fn,
+        make_dataset_factory(tf, how),
+        "On one device",
+        "more than one pass",
+        "do not repeat in dataset_fn",
+    )
+    assert "skipped" not in message
+
+
 def test_dataset_fn_unbatched(tf) -> None:
     fails_with(
         ex.check_per_replica_dataset_fn,
@@ -260,6 +283,15 @@ def make_test_factory(tf, loss_object, how="right"):
                 images, labels, mask = (strategy.experimental_local_results(v)[0] for v in inputs)
                 loss_metric.update_state(loss_object(labels, logits), sample_weight=mask)
                 accuracy.update_state(labels, logits, sample_weight=mask)
+            elif how == "times_mask":  # the mask multiplied in: padding still counts in the Mean
+
+                def times_mask(inputs):
+                    images, labels, mask = inputs
+                    logits = model(images, training=False)
+                    loss_metric.update_state(loss_object(labels, logits) * mask)
+                    accuracy.update_state(labels, logits, sample_weight=mask)
+
+                strategy.run(times_mask, args=(inputs,))
             elif how == "unmasked":
 
                 def unmasked(inputs):
@@ -294,6 +326,7 @@ def test_distributed_test_step_blank() -> None:
         # Right on one device (one replica is all there is), wrong on two.
         ("first_replica", ("On 2 replicas", "One device was right", "inside strategy.run")),
         ("unmasked", ("padding examples were counted",)),
+        ("times_mask", ("On one device", "multiplying by the mask", "sample_weight=mask")),
     ],
 )
 def test_distributed_test_step_mistakes(tf, loss_object, mistake, words) -> None:

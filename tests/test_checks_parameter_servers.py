@@ -103,7 +103,9 @@ def _answers(tf: Any) -> dict[str, tuple[str, Any]]:
             def dataset_fn() -> Any:
                 worker = tf.distribute.coordinator.experimental_get_current_worker_index()
                 shuffle_seed = {"fixed": 1, "global": None}.get(seed, tf.cast(worker, tf.int64))
-                if paired:
+                if seed == "unshuffled":
+                    data = tf.data.Dataset.from_tensor_slices((x, y))
+                elif paired:
                     data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=shuffle_seed)
                 else:
                     xs = tf.data.Dataset.from_tensor_slices(x).shuffle(len(x), seed=shuffle_seed)
@@ -143,6 +145,7 @@ def _answers(tf: Any) -> dict[str, tuple[str, Any]]:
         "input unpaired": ("ps_input", pipeline(paired=False)),
         "input fixed_seed": ("ps_input", pipeline(seed="fixed")),
         "input global_seed": ("ps_input", pipeline(seed="global")),
+        "input unshuffled": ("ps_input", pipeline(seed="unshuffled")),
         "input not_an_iterator": ("ps_input", pipeline(iterate=False)),
     }
 
@@ -213,6 +216,10 @@ def test_coordinator_checks_pass_right_answers(outcomes: dict[str, str], case: s
         ("input not_repeated", "repeat()"),
         ("input divided_batch", "do not divide the batch"),
         ("input unpaired", "wrong labels"),
+        (
+            "input unshuffled",
+            "same batches in the same order: shuffle in dataset_fn, seeded with the worker index",
+        ),
     ],
 )
 def test_coordinator_checks_name_the_mistake(outcomes: dict[str, str], case: str, hint: str) -> None:
@@ -267,15 +274,18 @@ def test_shard_count_reference_is_tensorflows_partitioner() -> None:
         ({"embedding_300": 2, "embedding_1000": 4}, "rounded down"),
         ({"embedding_300": 3, "embedding_1000": 8}, "max_shards=4, the cap"),
         ({"embedding_300": 3, "embedding_1000": 2}, "one shard per parameter server"),
+        ({"embedding_300": 1, "embedding_1000": 4}, "count ceil(size / min_shard_bytes), then cap it"),
         ({"embedding_300": 3}, "Set PREDICTION"),
         ({"embedding_300": 3.0, "embedding_1000": 4}, "whole number"),
         (None, "Set PREDICTION"),
     ],
 )
 def test_shard_count_mistakes(prediction, hint) -> None:
-    with pytest.raises(ExerciseError, match="shard_count") as caught:
-        ex.check_shard_count(prediction)
-    assert hint in str(caught.value)
+    for observed in (None, OBSERVED_SHARDS):
+        with pytest.raises(ExerciseError, match="shard_count") as caught:
+            ex.check_shard_count(prediction, observed=observed)
+        assert hint in str(caught.value)
+        assert "cluster made" not in str(caught.value)  # the hint never says what the cluster did
 
 
 def test_ps_placement(capsys) -> None:
@@ -297,7 +307,7 @@ def test_ps_placement(capsys) -> None:
         ),
         (
             lambda counts, num_ps: [[(k + i) % num_ps for i in range(n)] for k, n in enumerate(counts)],
-            "should be",
+            "count the shards created so far",
         ),
     ],
     ids=["restart per variable", "whole variable on one server", "counter per variable index"],
@@ -306,6 +316,16 @@ def test_ps_placement_mistakes(answer, hint) -> None:
     with pytest.raises(ExerciseError, match="ps_placement") as caught:
         ex.check_ps_placement(answer, observed=OBSERVED_SHARDS)
     assert hint in str(caught.value)
+    assert str(ex.reference_ps_placement([3, 4], 2)) not in str(caught.value)  # never the answer
+
+
+def test_ps_placement_unlike_the_cluster() -> None:
+    """Right in every case, but the notebook's cluster placed its shards otherwise: the hint does
+    not print where."""
+    layout = {key: [[a, b, "ps 0"] for a, b, _ in shards] for key, shards in OBSERVED_SHARDS.items()}
+    with pytest.raises(ExerciseError, match="not where the cluster placed") as caught:
+        ex.check_ps_placement(ex.reference_ps_placement, observed=layout)
+    assert "[[0, 0, 0]" not in str(caught.value)
 
 
 # ----------------------------------------------------------------------------- the kernel's native stderr
