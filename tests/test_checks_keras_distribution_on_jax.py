@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import keras
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from course_utils import compare
 from course_utils.errors import ExerciseError
 from course_utils.exercises import keras_distribution_on_jax as ex
 from course_utils.processes import print_result
@@ -133,7 +134,13 @@ for name, (check, answer) in ANSWERS.items():
         outcome[name] = "pass"
     except ExerciseError as error:
         outcome[name] = str(error)
-print_result({"outcome": outcome, "tensorflow": "tensorflow" in sys.modules, "devices": len(jax.devices())})
+devices = ex.two_devices()
+with ex.same_footing(devices):  # jax_port_factor's truth, measured: the ported line's update / one device's
+    one, _, _ = ex.train_update(None, steps=1)
+    ported = lambda y, logits: jnp.sum(per_example(y, logits)) / (len(y) * len(devices))
+    two, _, _ = ex.train_update(keras.distribution.DataParallel(devices=devices), loss_of=ported, steps=1)
+print_result({"outcome": outcome, "tensorflow": "tensorflow" in sys.modules, "devices": len(jax.devices()),
+              "ported factor": float(compare.factor(two, one))})
 """
 
 
@@ -176,19 +183,11 @@ def test_shard_batch_mistakes(judged: dict) -> None:
     _fails(judged, "shard_batch numpy", "jax_shard_batch", "not a NumPy array")
     _fails(judged, "shard_batch one device", "jax_shard_batch", "lives on 1 device", "NamedSharding")
     _fails(
-        judged,
-        "shard_batch replicated",
-        "jax_shard_batch",
-        "whole batch (replicated)",
-        'PartitionSpec("batch")',
+        judged, "shard_batch replicated", "jax_shard_batch", "whole batch (replicated)", "splits no dimension"
     )
-    _fails(judged, "shard_batch features", "jax_shard_batch", "split the features")
+    _fails(judged, "shard_batch features", "jax_shard_batch", "split the features (dimension 1)")
     _fails(
-        judged,
-        "shard_batch two dims",
-        "jax_shard_batch",
-        "1-D labels",
-        'PartitionSpec("batch") splits dimension 0',
+        judged, "shard_batch two dims", "jax_shard_batch", "1-D labels", "name only the dimension you split"
     )
     _fails(judged, "shard_batch blank", "jax_shard_batch", "not done yet")
 
@@ -196,16 +195,17 @@ def test_shard_batch_mistakes(judged: dict) -> None:
 def test_port_loss_mistakes(judged: dict) -> None:
     _fails(judged, "port_loss per-device batch", "jax_port_loss", "2.00x", "per-device batch", "notebook 05")
     _fails(judged, "port_loss sum", "jax_port_loss", "16x", "sum the per-example losses")
-    _fails(judged, "port_loss over devices", "jax_port_loss", "0.50x", "number of devices")
-    _fails(
-        judged, "port_loss 04's divisor", "jax_port_loss", "0.50x", "compute_average_loss's default divisor"
+    len_y = (
+        "Your update is 0.50x one device's: inside a jitted step on global arrays, what does len(y) count?"
     )
+    _fails(judged, "port_loss over devices", "jax_port_loss", len_y)
+    _fails(judged, "port_loss 04's divisor", "jax_port_loss", len_y)
     _fails(
         judged,
         "port_loss fixed 16",
         "jax_port_loss",
         "On 12 examples of loss log 3 each, yours gives 0.8240",
-        "divide by len(y)",
+        "your divisor is a fixed number",
     )
     _fails(judged, "port_loss per example", "jax_port_loss", "shape (16,)", "one number")
     _fails(judged, "port_loss blank", "jax_port_loss", "not done yet")
@@ -224,12 +224,28 @@ def test_tensor_parallel_mistakes(judged: dict) -> None:
     _fails(judged, "tensor_parallel unanchored end", "jax_tensor_parallel", "re.search", "end it with $")
     _fails(judged, "tensor_parallel no model axis", "jax_tensor_parallel", "nothing is split")
     _fails(judged, "tensor_parallel axes swapped", "jax_tensor_parallel", "nothing is split", "in that order")
-    _fails(judged, "tensor_parallel rows first", "jax_tensor_parallel", "by columns")
-    _fails(judged, "tensor_parallel columns second", "jax_tensor_parallel", "by rows")
+    _fails(
+        judged,
+        "tensor_parallel rows first",
+        "jax_tensor_parallel",
+        "up/kernel's rows (dimension 0)",
+        "columns",
+    )
+    _fails(
+        judged,
+        "tensor_parallel columns second",
+        "jax_tensor_parallel",
+        "down/kernel's columns",
+        "rows (dimension 0)",
+    )
     _fails(judged, "tensor_parallel nothing split", "jax_tensor_parallel", "block/up/kernel is not split")
     _fails(judged, "tensor_parallel blank", "jax_tensor_parallel", "not done yet")
     _fails(
-        judged, "tensor_parallel biases whole", "jax_tensor_parallel", "block/up/bias is whole", '("model",)'
+        judged,
+        "tensor_parallel biases whole",
+        "jax_tensor_parallel",
+        "block/up/bias is whole",
+        "one dimension",
     )
     _fails(
         judged, "tensor_parallel up bias whole, down's split", "jax_tensor_parallel", "block/up/bias is whole"
@@ -254,7 +270,13 @@ def test_collectives_mistakes(judged: dict) -> None:
     _fails(judged, "collectives activations", ex, "activations, which stay on their device", "gradients")
     _fails(judged, "collectives half the gradients", ex, "gradient of EVERY weight")
     _fails(judged, "collectives kernels only", ex, "biases have gradients too")
-    _fails(judged, "collectives gather", ex, "['all-gather'] under DataParallel", "has ['all-reduce']")
+    _fails(
+        judged,
+        "collectives gather",
+        ex,
+        "['all-gather'] under DataParallel, not the kinds",
+        "leaves their sum",
+    )
     _fails(judged, "collectives nothing", ex, "no collective under DataParallel")
     _fails(
         judged, "collectives mp gradients", ex, "DataParallel's all-reduce of the gradients", "partial sum"
@@ -274,7 +296,7 @@ def test_collectives_mistakes(judged: dict) -> None:
     _fails(
         judged, "collectives mp input's gradient", ex, "input is the data", "nothing asks for its gradient"
     )
-    _fails(judged, "collectives mp gather and scatter", ex, "has ['all-reduce']", "partial sum")
+    _fails(judged, "collectives mp gather and scatter", ex, "not the kinds XLA compiles", "partial sum")
     _fails(judged, "collectives mp other", ex, "300 bytes", "not the compiled step's count.")
     _fails(judged, "collectives unknown kind", ex, "'broadcast' is not a collective")
     _fails(judged, "collectives not a dict", ex, "should be a dict")
@@ -289,6 +311,63 @@ def test_collectives_hints_never_give_the_count(judged: dict) -> None:
     for message in told:  # the student's own guess aside
         told_back = re.sub(r"You predicted (\S+ bytes|\[.*?\] under)", "", message)
         assert not re.search(r"\b(848|448)\b", told_back), message
+
+
+def test_hints_never_give_the_answer(judged: dict) -> None:
+    """A wrong answer is told its mistake, never the solution: no PartitionSpec or layout tuple, no
+    divisor to write, no collective the student did not name."""
+    for name, message in judged["outcome"].items():
+        if message == "pass":
+            continue
+        if name.startswith(("shard_batch", "tensor_parallel")):
+            assert not re.search(r'PartitionSpec\(|device_put\(|\("model"|\(None,|, None\)', message), message
+        if name.startswith("port_loss"):
+            assert not re.search(r"divide by len|take the mean|plain mean is right|/ len\(y\)", message), (
+                message
+            )
+        if name.startswith("collectives") and "not the kinds" in message:
+            said = message.split(" under ")[0]
+            assert "all-reduce" in said or "all-reduce" not in message, message
+
+
+def test_the_port_factor_is_what_the_ported_step_measures(judged: dict) -> None:
+    """jax_port_factor's truth is the factor of the ported line in a jitted step on 2 devices."""
+    from course_utils.exercises.keras_distribution_on_jax import PORTED_FACTOR
+
+    assert abs(judged["ported factor"] - PORTED_FACTOR) < 1e-3
+
+
+@pytest.mark.parametrize("right", [0.5, 1 / 2, 0.505])
+def test_port_factor_right_answers_pass(right: float, capsys: pytest.CaptureFixture[str]) -> None:
+    from course_utils.exercises import keras_distribution_on_jax as ex
+
+    ex.check_port_factor(right)
+    assert "[pass] jax_port_factor: 0.5x" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (2, "2x is notebook 05's per-replica mean"),
+        (2.0, "where len(y) is one replica's examples"),
+        (1, "1x is the plain mean's update"),
+        (0.25, "You predicted 0.25x: inside a jitted step on global arrays, what does len(y) count?"),
+        (0.52, "You predicted 0.52x"),
+        (4, "You predicted 4x"),
+        ("half", "Set PORT_FACTOR to one number"),
+        (True, "Set PORT_FACTOR to one number"),
+        (None, "not done yet"),
+    ],
+)
+def test_port_factor_wrong_answers_fail_without_the_answer(wrong: object, hint: str) -> None:
+    from course_utils.errors import ExerciseError
+    from course_utils.exercises import keras_distribution_on_jax as ex
+
+    with pytest.raises(ExerciseError, match="Exercise jax_port_factor") as error:
+        ex.check_port_factor(wrong)
+    message = str(error.value)
+    assert hint in message and "\n" not in message, message
+    assert not re.search(r"\b0\.50?\b|\bhalf\b(?! ')", message.replace("'half'", "")), message
 
 
 def test_collectives_judged_where_keras_runs_on_tensorflow() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import tensorflow as tf
 
@@ -218,21 +220,45 @@ def test_pipelined_throughput_right_answer_passes(capsys: pytest.CaptureFixture[
     assert "[pass] pipelined_throughput" in capsys.readouterr().out
 
 
+#: The hints of pipelined_throughput name the mistake; the rate expected never shows (a second try
+#: could copy it): neither formatted (1,200.0) nor as the formula (1 / (1/2000 + 1/3000)).
+NEVER_SHOWN = ("1,200", "2,000.0", "1,000.0", "500.0", "1 / (", "expected", "should be")
+
+
 @pytest.mark.parametrize(
     ("answer", "hint"),
     [
-        (lambda i, c, p: 1 / (1 / i + 1 / c), "overlap"),
-        (lambda i, c, p: max(i, c) if p else 1 / (1 / i + 1 / c), "not the step"),
-        (lambda i, c, p: min(i, c), "add up"),
+        (
+            lambda i, c, p: 1 / (1 / i + 1 / c),
+            "With prefetch reading and training overlap: which of the two sets",
+        ),
+        (lambda i, c, p: max(i, c) if p else 1 / (1 / i + 1 / c), "the faster side's rate"),
+        (
+            lambda i, c, p: min(i, c),
+            "(2000.0, 3000.0, False) returns 2,000.0. Without prefetch reading and training take turns: "
+            "what does one example cost in time?",
+        ),
         (lambda i, c, p: "fast", "should return a number"),
-        (lambda i, c, p: i + c if p else 1 / (1 / i + 1 / c), "never goes faster than its slower side"),
+        (lambda i, c, p: i + c if p else 1 / (1 / i + 1 / c), "never outruns its slower side"),
+        (lambda i, c, p: 2_000.0 if p else 1_200.0, "(5000.0, 1000.0, True) returns 2,000.0. With prefetch"),
+        (lambda i, c, p: min(i, c) if p else i * c / (i + c) / 2, "take turns"),
     ],
-    ids=["never overlaps", "faster side", "always overlaps", "not a number", "rates added"],
+    ids=[
+        "never overlaps",
+        "faster side",
+        "always overlaps",
+        "not a number",
+        "rates added",
+        "by heart",
+        "half",
+    ],
 )
 def test_pipelined_throughput_mistakes(answer, hint: str) -> None:
     with pytest.raises(ExerciseError, match="Exercise pipelined_throughput") as error:
         ex.check_pipelined_throughput(answer)
     assert hint in str(error.value)
+    told = re.sub(r"returns [\d,.]+", "", str(error.value))  # the student's own rate aside
+    assert not [number for number in NEVER_SHOWN if number in told], told
 
 
 # --------------------------------------------------------------------------- call_cost_prediction
@@ -339,7 +365,7 @@ def test_call_cost_explanation_right_answer_passes(capsys: pytest.CaptureFixture
     [
         ("a", "at 2 a step pays c/2 = 2.5 ms"),
         ("b", "as much as the step itself"),
-        ("d", "so take the smallest"),
+        ("d", "1000 works, but is it the smallest? Compare c/k with 10% of s for each choice."),
         ("e", "EXPLANATION is one letter"),
         (2, "EXPLANATION is one letter"),
         (None, "is not done yet"),
@@ -350,3 +376,11 @@ def test_call_cost_explanation_mistakes(answer, hint: str) -> None:
     with pytest.raises(ExerciseError, match="Exercise call_cost_explanation") as error:
         ex.check_call_cost_explanation(answer)
     assert hint in str(error.value)
+
+
+def test_call_cost_explanation_hints_never_name_the_answer() -> None:
+    """Each wrong choice is told its mistake, never the right count (100) or its c/k (0.05 ms)."""
+    for choice in "abd":
+        with pytest.raises(ExerciseError) as error:
+            ex.check_call_cost_explanation(choice)
+        assert not re.search(r"\b100\b|0\.05|'c'", str(error.value)), str(error.value)

@@ -107,6 +107,7 @@ JUDGED: dict[str, Judged] = {
                            leaves_out=("observed",)),
     "pipelined_throughput": Judged("performance", "check_pipelined_throughput", ("fn:pipelined_throughput",)),
     "jax_collectives": Judged("keras_distribution_on_jax", "check_collectives", ("literal:PREDICTION",)),
+    "jax_port_factor": Judged("keras_distribution_on_jax", "check_port_factor", ("literal:PORT_FACTOR",)),
     # judged on the two times the student saw and pasted (SHOWN), never on a later run's timings
     "call_cost_prediction": Judged("performance", "check_call_cost_prediction",
                                    ("literal:SHOWN", "literal:PREDICTION")),

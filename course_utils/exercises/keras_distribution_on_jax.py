@@ -7,6 +7,8 @@ far above float noise: :func:`same_footing`). Nothing here imports TensorFlow (C
 
 * ``jax_shard_batch``: ``shard_batch(x, mesh)`` splits a global batch over the mesh's ``"batch"``
   axis; two steps on it (labels placed by it too) give one device's update;
+* ``jax_port_factor``: a prediction of that port's update on 2 devices, as a multiple of one
+  device's (:data:`PORTED_FACTOR`);
 * ``jax_port_loss``: notebook 04's loss ported to a jitted step keeps ``compute_average_loss``'s
   default divisor (batch times devices): half of one device's update on global arrays, until fixed;
 * ``jax_tensor_parallel``: Megatron-LM's ``LayoutMap`` of a two-layer block: the first kernel and
@@ -175,7 +177,7 @@ def check_shard_batch(shard_batch: Callable[[Any, Any], Any]) -> None:
         out = shard_batch(x, mesh)
         expect(
             isinstance(out, jax.Array),
-            "Return a jax.Array placed by jax.device_put(x, sharding), not a NumPy array.",
+            "Return a jax.Array placed on the mesh's devices, not a NumPy array.",
         )
         expect(
             out.shape == x.shape and np.array_equal(np.asarray(out), x),
@@ -189,13 +191,12 @@ def check_shard_batch(shard_batch: Callable[[Any, Any], Any]) -> None:
         shapes = {tuple(part.shape) for part in held.values()}
         expect(
             shapes != {(8, 4)},
-            'Each device holds the whole batch (replicated): name the mesh\'s "batch" axis for '
-            'dimension 0, PartitionSpec("batch").',
+            "Each device holds the whole batch (replicated): your sharding splits no dimension; the "
+            "examples are dimension 0.",
         )
         expect(
             shapes != {(8, 2)},
-            'You split the features (dimension 1), not the examples: PartitionSpec("batch") '
-            "splits dimension 0.",
+            "You split the features (dimension 1), not the examples (dimension 0).",
         )
         expect(shapes == {(4, 4)}, f"Each device should hold 4 of the 8 examples, not {sorted(shapes)}.")
         try:  # the training steps below place the 1-D labels with it too
@@ -204,8 +205,8 @@ def check_shard_batch(shard_batch: Callable[[Any, Any], Any]) -> None:
             if "rank" not in str(error):
                 raise
             raise ExerciseError(
-                "Your PartitionSpec names more dimensions than the 1-D labels have: "
-                'PartitionSpec("batch") splits dimension 0 of any rank.'
+                "Your PartitionSpec names more dimensions than the 1-D labels have: name only the "
+                "dimension you split, and it fits an array of any rank."
             ) from None
         expect(
             np.array_equal(held[devices[0]], x[:4]) and np.array_equal(held[devices[1]], x[4:]),
@@ -217,6 +218,38 @@ def check_shard_batch(shard_batch: Callable[[Any, Any], Any]) -> None:
             one, _, _ = train_update(None)
         _same_update(two, one, "Two steps on your sharded batch should give one device's update")
     passed("jax_shard_batch", "each device holds its 4 examples; two steps on them give one device's update.")
+
+
+# --------------------------------------------------------------------------- jax_port_factor
+
+#: jax_port_factor: the ported loss divides the sum by ``len(y) * 2`` where ``len(y)``, on global
+#: arrays, is already the whole batch: half the mean, half its gradients, half SGD's update, exactly
+#: (jax_port_loss's check measures it: its 0.50x hint).
+PORTED_FACTOR = 0.5
+
+
+def check_port_factor(prediction: Any) -> None:
+    """``PORT_FACTOR``: the ported step's update on 2 devices as a multiple of one device's (a number)."""
+    with exercise("jax_port_factor"):
+        if prediction is None or prediction is Ellipsis:
+            raise NotImplementedError
+        expect(
+            isinstance(prediction, (int, float)) and not isinstance(prediction, bool),
+            f"Set PORT_FACTOR to one number, the update on 2 devices / one device's (got {prediction!r}).",
+        )
+        near = {  # the usual wrong factors, each told its mistake; never the factor itself
+            2: "2x is notebook 05's per-replica mean, where len(y) is one replica's examples; ",
+            1: "1x is the plain mean's update; this divisor multiplies len(y) by the devices: ",
+        }
+        said = next(
+            (h for v, h in near.items() if abs(prediction - v) < 0.05), f"You predicted {prediction:g}x: "
+        )
+        len_y = "inside a jitted step on global arrays, what does len(y) count?"
+        expect(abs(prediction - PORTED_FACTOR) < 0.01, said + len_y)
+    passed(
+        "jax_port_factor",
+        "0.5x: len(y) counts the global batch, so len(y) x 2 halves the mean, its gradients and SGD's update.",
+    )
 
 
 # --------------------------------------------------------------------------- jax_port_loss
@@ -242,14 +275,12 @@ def check_port_loss(port_loss: Callable[[Any, Any], Any]) -> None:
         expect(
             not abs(ratio - len(devices)) < 1e-3,
             "Your update is 2.00x one device's: you divide by the per-device batch, the per-replica mean "
-            "notebook 05 warns against. The jitted step sees the global batch: divide by len(y), or take "
-            "the mean.",
+            "notebook 05 warns against; the jitted step sees the global batch.",
         )
         expect(
             not abs(ratio - 1 / len(devices)) < 1e-3,
-            "Your update is 0.50x one device's: you divide by the number of devices too, as "
-            "compute_average_loss's default divisor does. The jitted step sees the global batch: len(y) "
-            "already counts every device, and its plain mean is right.",
+            "Your update is 0.50x one device's: inside a jitted step on global arrays, what does len(y) "
+            "count?",
         )
         expect(
             not abs(ratio - EXAMPLES) < 1e-2,
@@ -266,8 +297,8 @@ def check_port_loss(port_loss: Callable[[Any, Any], Any]) -> None:
         small = float(port_loss(y[:SMALL_BATCH], np.zeros((SMALL_BATCH, CLASSES), np.float32)))
         expect(
             abs(small - np.log(CLASSES)) <= 1e-5 * np.log(CLASSES),
-            f"On {SMALL_BATCH} examples of loss log {CLASSES} each, yours gives {small:.4f}: divide by len(y), "
-            "the batch the step receives, not a fixed number.",
+            f"On {SMALL_BATCH} examples of loss log {CLASSES} each, yours gives {small:.4f}: your divisor is a "
+            "fixed number, not the batch the step receives.",
         )
     passed("jax_port_loss", "on 2 devices the ported step gives the update and the loss of one device.")
 
@@ -342,25 +373,31 @@ def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
             two, _, model = train_update(distribution)
             one, _, _ = train_update(None)
         up, down = model.get_layer("up").kernel, model.get_layer("down").kernel
-        expect(_shard_shapes(up) != {(8, 16)}, 'block/up/kernel is not split: give it (None, "model").')
+        expect(
+            _shard_shapes(up) != {(8, 16)},
+            "block/up/kernel is not split: Megatron splits its columns (dimension 1), up's 16 units.",
+        )
         expect(
             _shard_shapes(up) == {(8, 8)},
-            'Split block/up/kernel by columns (its 16 units), not by rows: (None, "model").',
+            "You split block/up/kernel's rows (dimension 0); Megatron splits its columns, up's 16 units.",
         )
-        expect(_shard_shapes(down) != {(16, 4)}, 'block/down/kernel is not split: give it ("model", None).')
+        expect(
+            _shard_shapes(down) != {(16, 4)},
+            "block/down/kernel is not split: Megatron splits its rows (dimension 0), one per hidden unit.",
+        )
         expect(
             _shard_shapes(down) == {(8, 4)},
-            'Split block/down/kernel by rows, ("model", None): each device then multiplies the half of '
-            "the hidden units it computed.",
+            "You split block/down/kernel's columns; split its rows (dimension 0): each device then "
+            "multiplies the half of the hidden units it computed.",
         )
         up_bias, down_bias = model.get_layer("up").bias, model.get_layer("down").bias
         expect(
             _shard_shapes(up_bias) == {(8,)},
-            'block/up/bias is whole on each device: split it with up\'s columns, ("model",).',
+            "block/up/bias is whole on each device: split its one dimension with up's columns.",
         )
         expect(
             _shard_shapes(down_bias) == {(4,)},
-            "down's bias is added after the all-reduce: keep it whole (no key, or (None,)).",
+            "down's bias is added after the all-reduce: keep it whole.",
         )
         _same_update(two, one, "Split this way, the block should train as on one device")
     passed(
@@ -535,11 +572,11 @@ _MISTAKES: dict[tuple[str, float], str] = {
     ("ModelParallel", _LOGITS / 2): f"each device holds a partial sum of ALL 4 outputs of all {_B} examples, not "
     "half of them",
 }  # fmt: skip
-_WHY = {
-    "DataParallel": f"each device holds every weight and the gradient of its own {_B // 2} examples: XLA adds the "
-    "two gradients with an all-reduce",
+_WHY = {  # the question a wrong kind is asked, never the kind itself
+    "DataParallel": f"each device holds every weight and the gradient of its own {_B // 2} examples: which "
+    "collective leaves their sum on both devices?",
     "ModelParallel": "down's rows split give each device a partial sum of down's outputs (from its 8 hidden "
-    "units): XLA adds them with an all-reduce",
+    "units): which collective leaves their sum on both devices?",
 }
 _TYPICAL = {"DataParallel": {"all-reduce": _WEIGHTS}, "ModelParallel": {"all-reduce": _LOGITS}}
 
@@ -561,8 +598,8 @@ def check_collectives(prediction: Any) -> None:
             said, ran, typical = read[layout], truth[layout], truth[layout] == _TYPICAL[layout]
             expect(
                 set(said) == set(ran),
-                f"You predicted {sorted(said) or 'no collective'} under {layout}; the compiled step has "
-                f"{sorted(ran) or 'no collective'}" + (f": {_WHY[layout]}." if typical else "."),
+                f"You predicted {sorted(said) or 'no collective'} under {layout}, not the kinds XLA compiles "
+                "into the step" + (f". Here {_WHY[layout]}" if typical else "."),
             )
             for kind, size in ran.items():
                 guess = said[kind]

@@ -365,42 +365,26 @@ def check_pipelined_throughput(pipelined_throughput: Callable[[float, float, boo
     """``pipelined_throughput(input_rate, compute_rate, prefetch)``: examples/s of training when
     the input alone delivers ``input_rate`` and the step alone consumes ``compute_rate``."""
     with exercise("pipelined_throughput"):
-        got = _number(pipelined_throughput(2_000.0, 3_000.0, True), "pipelined_throughput")
-        expect(
-            got <= 3_000.0 * (1 + 1e-6),
-            f"With input 2,000 and compute 3,000 examples/s you return {got:,.1f}: training never goes "
-            "faster than its slower side, whatever overlaps.",
-        )
-        expect(
-            not _close(got, 1_200.0),
-            "With prefetch the input of the next step is prepared "
-            "while this one trains: the two overlap, so the slower of the two sets the pace.",
-        )
-        expect(
-            not _close(got, 3_000.0),
-            "With prefetch the slower side sets the pace: here the input (2,000 examples/s), not the step.",
-        )
-        expect(
-            _close(got, 2_000.0),
-            f"Input 2,000 and compute 3,000 examples/s with prefetch: expected 2,000, got {got:,.1f}.",
-        )
-        got = _number(pipelined_throughput(2_000.0, 3_000.0, False), "pipelined_throughput")
-        expect(
-            not _close(got, 2_000.0),
-            "Without prefetch each step first waits for its batch, "
-            "then trains: the times per example add up (1/2000 + 1/3000 s), they do not overlap.",
-        )
-        expect(
-            _close(got, 1_200.0),
-            f"Without prefetch: 1 / (1/2000 + 1/3000) = 1,200 examples/s expected, got {got:,.1f}.",
-        )
-        cases = [((5_000.0, 1_000.0, True), 1_000.0), ((1_000.0, 1_000.0, False), 500.0)]
+        hints = {  # each names the mistake, never the rate expected (a second try could copy it)
+            True: "With prefetch reading and training overlap: which of the two sets the pace?",
+            False: "Without prefetch reading and training take turns: what does one example cost in time?",
+        }
+        cases = [((2_000.0, 3_000.0, True), 2_000.0), ((2_000.0, 3_000.0, False), 1_200.0)]
+        cases += [((5_000.0, 1_000.0, True), 1_000.0), ((1_000.0, 1_000.0, False), 500.0)]
         if (rng := unseen()) is not None:  # grading: rates the student never saw
             feed, step = float(rng.randint(100, 9_000)), float(rng.randint(100, 9_000))
             cases += [((feed, step, True), min(feed, step)), ((feed, step, False), 1 / (1 / feed + 1 / step))]
         for args, want in cases:
             got = _number(pipelined_throughput(*args), "pipelined_throughput")
-            expect(_close(got, want), f"pipelined_throughput{args} should be {want:,.1f}, got {got:,.1f}.")
+            if _close(got, want):
+                continue
+            said, faster = f"pipelined_throughput{args} returns {got:,.1f}", max(args[:2])
+            expect(
+                got <= faster * (1 + 1e-6),
+                f"{said}, faster than both sides: training never outruns its slower side, whatever overlaps.",
+            )
+            expect(not (args[2] and _close(got, faster)), f"{said}, the faster side's rate. {hints[True]}")
+            expect(False, f"{said}. {hints[args[2]]}")
     passed("pipelined_throughput", "the slower side sets the pace with prefetch; times add up without.")
 
 
@@ -506,8 +490,7 @@ EXPLANATION_CHOICES = {
     "a": "at 2 a step pays c/2 = 2.5 ms, 5x s.",
     "b": "at 10, c/10 = 0.5 ms, as much as the step itself.",
     "c": "",
-    "d": "1000 works, but 100 already makes c/k = 0.05 ms = 10% of s; callbacks run only between calls, "
-    "so take the smallest.",
+    "d": "1000 works, but is it the smallest? Compare c/k with 10% of s for each choice.",
 }
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import platform
 import random
+import re
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -158,3 +159,27 @@ def tensorflow_mean_factor() -> tuple[float, str, bool]:
             f"the tf.distribute step failed: {last_error_line(result.stderr) or result.returncode}"
         )
     return float(result.stdout.split()[-1]), "measured now in a fresh process", True
+
+
+def draw_runtimes(stacks: dict[str, list[str]]) -> Any:
+    """Notebook 11, section 2: each runtime's software stack as a column of boxes, top down (a part
+    starting with "no" greyed out); return the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(3.5 * len(stacks), 2.4))
+    for col, (name, stack) in enumerate(stacks.items()):
+        ax.text(col * 3 + 1, 3.4, name, ha="center", weight="bold")
+        for row, part in enumerate(stack):
+            shade = "lightgrey" if part.startswith("no") else "tab:blue"
+            ax.add_patch(plt.Rectangle((col * 3, 2 - row), 2, 0.8, color=shade, alpha=0.6))
+            ax.text(col * 3 + 1, 2.4 - row, part, ha="center", va="center")
+    ax.set(xlim=(-0.5, 3 * len(stacks) - 0.5), ylim=(-0.2, 3.8))
+    ax.axis("off")
+    return fig
+
+
+def size_named(error: BaseException) -> str:
+    """Notebook 11, section 4: the size JAX's error says it could not split over the devices ("?"
+    when its wording, which varies between versions, names none)."""
+    size = re.search(r"(?:equal to|dimension size is) (\d+)", str(error))
+    return size.group(1) if size else "?"
