@@ -200,6 +200,23 @@ def test_tpu_ready_loop_unbuilt_optimizer() -> None:
     fails_with(ex.check_tpu_ready_loop, loop(build=False), "On one device", "never built", "optimizer.build(")
 
 
+def test_tpu_ready_loop_optimizer_built_outside_the_scope() -> None:
+    # On 2 replicas MirroredStrategy raises RuntimeError: Need to be inside "with strategy.scope()" for
+    # <... object at 0x...>; the hint names the fix, not the object.
+    inner = loop(build=False)
+
+    def built_outside(strategy, model, optimizer, x, y, global_batch, steps_per_call):
+        optimizer.build(model.trainable_variables)
+        return inner(strategy, model, optimizer, x, y, global_batch, steps_per_call)
+
+    message = fails_with(
+        ex.check_tpu_ready_loop,
+        built_outside,
+        "On 2 replicas, a variable was made outside strategy.scope(): build the optimizer inside",
+    )
+    assert " at 0x" not in message
+
+
 def test_tpu_ready_loop_no_drop_remainder() -> None:
     fails_with(ex.check_tpu_ready_loop, loop(drop=False), "batch dimension is None", "drop_remainder=True")
 
@@ -516,7 +533,7 @@ def test_replica_batches(capsys) -> None:
         ([[4, 4]] * 5 + [[3, 0]], "The last global batch is split between the replicas as evenly"),
         (
             [[4, 4]] * 5 + [[1, 2]],
-            "not [1, 2]: when a batch splits unevenly, replica 0 gets the larger share",
+            "The last step's shares are on the wrong replicas: which replica gets the extra example",
         ),
         ([[4, 4]] * 5 + [[1, 1]], "Count the steps (the whole global batches, plus one for the rest)"),
         (
@@ -557,7 +574,7 @@ def test_prediction_hints_never_give_the_answer() -> None:
     wrong_batches += [[[4, 4]] * 4 + [[3, 3], [2, 1]], [[5, 3]] * 5 + [[2, 1]]]
     for guess in wrong_batches:
         message = _message(ex.check_replica_batches, guess)
-        for told in ("[2, 1]", "2 and 1", "4 each", "step 6", "6 steps"):
+        for told in ("[2, 1]", "2 and 1", "4 each", "step 6", "6 steps", "replica 0 gets", "larger share"):
             assert told not in message, message
     wrong_machines = [
         {"v2-8": v28, "v5e-1": v5e, "4 GPUs": four}

@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 from typing import Any, Optional
@@ -54,7 +53,7 @@ def untimed(text: str) -> str:
     return re.sub(r"\d+\.\d+ s\b", "T s", text)
 
 
-DETECT = "def attempt(label, call):"  # section 2: the four calls
+DETECT = "init_result = attempt("  # section 2: the four calls
 READ_ERROR = 'print("this TensorFlow defines the op:"'  # section 2: reading the error
 OLD_WAYS = 'for name in ("COLAB_TPU_ADDR"'  # section 3
 CHAIN = "def choose_hardware("  # section 4: the chain
@@ -63,7 +62,7 @@ REAL_CHAIN = "choose_hardware()\nstrategy = build_strategy(kind, found)"  # sect
 CORES = 'cores = tf.config.list_logical_devices("TPU")'  # section 4: a cell that needs a TPU
 NAIVE = "def naive_loop("  # section 7: the eager strategy.run
 NAIVE_RUN = "x_toy = rng.normal("  # section 7: naive_loop run on the toy data
-INSTALL = "def tpu_chips():"  # section 1: the guarded install
+INSTALL = "install_tensorflow_tpu()"  # section 1: the guarded install
 SOLUTION = "def tpu_ready_loop("  # section 8: the TPU-ready loop
 
 # --------------------------------------------------------------------------- a TensorFlow that asks a fake
@@ -183,7 +182,7 @@ def gpu_error(cpu_error: BaseException) -> BaseException:
 
 def run_cells(machine: FakeMachine, capsys: pytest.CaptureFixture, *markers: str) -> tuple[dict, dict]:
     """Run the cells in order in one namespace, as a kernel would: (what each printed, the namespace)."""
-    namespace: dict[str, Any] = {"tf": fake_tf(machine), "np": np, "keras": keras, "time": time, "os": os}
+    namespace: dict[str, Any] = {"tf": fake_tf(machine), "np": np, "keras": keras, "os": os}
     printed = {}
     capsys.readouterr()
     for marker in markers:

@@ -1,18 +1,11 @@
 """Notebook 06: the checks of its exercises (TPU and hardware detection).
 
-Both coding checks run the student's code on one device and on 2 replicas over virtual CPUs:
-
-* ``tpu_input_fn``: ``make_dataset_fn(x, y, global_batch)`` returns the ``dataset_fn(ctx)`` of
-  ``strategy.distribute_datasets_from_function``: static per-replica batches whose replicas together
-  hold one device's batch at every step, and one share of the examples per input pipeline (host).
-* ``tpu_ready_loop``: the notebook's naive loop with its four TPU faults fixed: one ``tf.function``
-  trace, only tensors in ``strategy.run``'s args (``TPUStrategy.run`` converts every one to a tensor),
-  several steps per call, static shapes, a built optimizer, the weights one device gets (also on even data).
-* ``global_batches``: a prediction of the global batch on three machines (arithmetic).
-* ``trace_count`` and ``replica_batches``: predictions (literals, read by the grader's judge) of how
-  many times a jit-compiled step is traced over a run whose last batch is short, without and with
-  ``drop_remainder``, and of each replica's batch at each step of a 2-replica run (an odd last batch);
-  the checks make the count and the run themselves.
+``tpu_input_fn`` and ``tpu_ready_loop`` run the student's code on one device and on 2 replicas over
+virtual CPUs: a ``dataset_fn(ctx)`` for ``distribute_datasets_from_function`` (static per-replica
+batches, one share of the examples per input pipeline), and the naive loop without its four TPU faults
+(one trace, only tensors in ``strategy.run``'s args, several steps per call, static shapes, a built
+optimizer, one device's weights). ``global_batches``, ``trace_count`` and ``replica_batches`` are
+predictions (the last two literals, read by the grader's judge); the checks make their own run.
 """
 
 from __future__ import annotations
@@ -202,7 +195,8 @@ def check_replica_batches(prediction: Any) -> None:
         )
         expect(
             last is None or last != want[-1][::-1],
-            f"The last step is not {last}: when a batch splits unevenly, replica 0 gets the larger share.",
+            "The last step's shares are on the wrong replicas: which replica gets the extra example when "
+            "a batch splits unevenly?",
         )
         expect(
             guess == want,
@@ -592,6 +586,13 @@ def check_tpu_ready_loop(tpu_ready_loop: Callable[..., Any]) -> None:
                     "strategy.scope() before the first step.",
                 )
                 raise
+            except RuntimeError as error:  # a variable made outside the scope: "Need to be inside ..."
+                expect(
+                    "strategy.scope()" not in str(error),
+                    f"{where} a variable was made outside strategy.scope(): build the optimizer inside "
+                    "strategy.scope().",
+                )
+                raise
             _judge(run, where, examples)
             expect(
                 compare.mismatch(run["update"], restarted) > WEIGHT_RTOL,
@@ -629,8 +630,6 @@ PER_REPLICA = 64
 
 def check_global_batches(global_batches: Callable[[], Any]) -> None:
     """``global_batches()``: the student's prediction of the global batch on three machines."""
-    from ..lessons.machines import FakeMachine
-
     keys = ("v2-8", "v5e-1", "4 GPUs")
     with exercise("global_batches"):
         guess = global_batches()
@@ -639,7 +638,7 @@ def check_global_batches(global_batches: Callable[[], Any]) -> None:
             f"Return a dict with exactly the keys {', '.join(repr(k) for k in keys)}; got "
             f"{sorted(guess) if isinstance(guess, dict) else type(guess).__name__}.",
         )
-        gpus = len(FakeMachine(gpus=4).list_logical_devices("GPU"))
+        gpus = 4  # section 4's chain: a MirroredStrategy over every GPU
         want = {
             "v2-8": TPU_REPLICAS["v2-8"] * PER_REPLICA,
             "v5e-1": TPU_REPLICAS["v5e-1"] * PER_REPLICA,

@@ -1,15 +1,59 @@
 """Notebook 06: its scaffolding; the chain, the strategies and the loops are in its cells.
 
-:class:`FakeMachine`, a pretend machine, so that every branch of the hardware fallback chain runs on a
-laptop; :func:`returns_to_python`, which counts Keras's returns to Python in a short ``Model.fit``;
-:func:`draw_fallback_chain`, the picture of the chain and of the two kinds of TPU machine.
+:func:`install_tensorflow_tpu`, the guarded install after the set-up cell; :func:`attempt`, which runs
+one detection call and prints its outcome, timed; :class:`FakeMachine`, a pretend machine, so that every
+branch of the hardware fallback chain runs on a laptop; :func:`returns_to_python`, which counts Keras's
+returns to Python in a short ``Model.fit``; :func:`draw_fallback_chain`, the picture of the chain and of
+the two kinds of TPU machine. Importing this module imports no TensorFlow.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import glob
+import importlib.util
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
 
 from ..errors import NoTPUError
+
+
+def install_tensorflow_tpu() -> None:
+    """Install ``tensorflow-tpu`` 2.20.0, the last TPU build, only where TensorFlow is missing and TPU
+    chips are attached, and print one line saying what it did (then restart the runtime). Chips are
+    ``/dev/accel*`` (TPU v2 to v4) or ``/dev/vfio/<n>`` groups holding a device of Google's PCI vendor
+    id 0x1ae0 (v5e and later: other devices use VFIO too)."""
+    if importlib.util.find_spec("tensorflow") is not None:
+        print("Nothing to install: this runtime has TensorFlow.")
+        return
+    vfio = [group for group in glob.glob("/dev/vfio/[0-9]*")
+            if any(Path(v).read_text().strip() == "0x1ae0"  # Google's PCI vendor id
+                   for v in glob.glob(f"/sys/kernel/iommu_groups/{Path(group).name}/devices/*/vendor"))]  # fmt: skip
+    if not glob.glob("/dev/accel*") + vfio:
+        print("Nothing to install: no TPU chips here; use a runtime with TensorFlow.")
+    else:
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "tensorflow-tpu==2.20.0",
+                               "-f", "https://storage.googleapis.com/libtpu-tf-releases/index.html"])  # fmt: skip
+        print("Installed tensorflow-tpu 2.20.0, the last TPU build: restart the runtime, then run all.")
+
+
+def attempt(label: str, call: Callable[[], Any], timings: list[float]) -> Any:
+    """Run ``call()`` and print ``label``, what it returned or raised (the error's first line) and the
+    seconds it took, which are added to ``timings``: its result, or the exception it raised."""
+    start = time.perf_counter()
+    try:
+        result = call()
+    except Exception as error:
+        first_line = (str(error).splitlines() or [""])[0].split(" used by ")[0]
+        result, outcome = error, f"raised {type(error).__name__}: {first_line}"
+    else:
+        shown = repr(result) if result is None or isinstance(result, list) else type(result).__name__
+        outcome = f"returned {shown}"
+    timings.append(time.perf_counter() - start)
+    print(f"{label}\n    {outcome} ({timings[-1]:.2f} s)")
+    return result
 
 
 class FakeMachine:
@@ -107,8 +151,8 @@ def draw_fallback_chain(kind: str, found: Any, tried: list[str]) -> Any:
         ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + 0.2, text, ha="center", fontsize=8)
 
     # The chain, from this machine's answer: tried and failed (red), chosen (green), not reached (grey).
-    steps = [("TPU", "TPUStrategy"), ("several GPUs", "MirroredStrategy"),
-             ("one GPU", "OneDeviceStrategy"), ("CPU", "MirroredStrategy over\nvirtual CPUs")]  # fmt: skip
+    steps = [("TPU", "TPUStrategy"), ("several GPUs", "MirroredStrategy"), ("one GPU", "OneDeviceStrategy"),
+             ("CPU", "MirroredStrategy over\nvirtual CPUs (default\nstrategy on one)")]  # fmt: skip
     chosen = {"TPU": 0, "GPU": 1 if len(found) > 1 else 2, "CPU": 3}[kind]
     for i, (name, built) in enumerate(steps):
         x = 0.2 + 2.5 * i
