@@ -39,48 +39,54 @@ def test_uneven_mean_wrong_way_round() -> None:
 
 
 def test_uneven_mean_other_number_and_type() -> None:
-    fails_with(ex.check_uneven_mean, lambda: 5.0, "On 2 replicas the MEAN reduce prints 4.25")
+    message = fails_with(
+        ex.check_uneven_mean, lambda: 5.0, "5 is not what the MEAN reduce prints", "each replica's slice"
+    )
+    assert "4.25" not in message  # a hint never prints the answer
     fails_with(ex.check_uneven_mean, lambda: [2.5, 6.0], "Return one number")
     fails_with(ex.check_uneven_mean, blank, "not done yet")
 
 
-# --------------------------------------------------------------------------- per_replica_batch
+# --------------------------------------------------------------------------- global_batch
 
 
-def right_split(global_batch, replicas):
-    if global_batch % replicas:
-        raise ValueError(f"{global_batch} examples cannot be split evenly over {replicas} replicas")
-    return global_batch // replicas
+def test_global_batch_right(capsys) -> None:
+    ex.check_global_batch(lambda strategy, per_replica: per_replica * strategy.num_replicas_in_sync)
+    assert "[pass] global_batch" in capsys.readouterr().out
 
 
-def test_per_replica_batch(capsys) -> None:
-    ex.check_per_replica_batch(right_split)
-    assert "[pass] per_replica_batch" in capsys.readouterr().out
-
-
-def test_per_replica_batch_float_share_on_two_replicas() -> None:
+def test_global_batch_the_per_replica_size_given_to_the_dataset() -> None:
+    # Right on one replica, half on two: the dataset's batch is split over the replicas.
     fails_with(
-        ex.check_per_replica_batch,
-        lambda g, n: g / n,
-        "per_replica_batch(256, 2) should be 128 (an int), got 128.0",
+        ex.check_global_batch,
+        lambda strategy, per_replica: per_replica,
+        "On 2 replicas each got half of what you asked for",
+        "the dataset's batch is the global one",
     )
 
 
-def test_per_replica_batch_global_batch_on_every_replica() -> None:
-    # Each replica takes the whole global batch: right on one replica, wrong on two.
+def test_global_batch_two_replicas_written_in() -> None:
+    # Right on 2 replicas, twice too big on one device.
     fails_with(
-        ex.check_per_replica_batch,
-        lambda g, n: g,
-        "per_replica_batch(256, 2) should be 128",
-        "divided by the number of replicas",
+        ex.check_global_batch,
+        lambda strategy, per_replica: per_replica * 2,
+        "On 1 replica it got twice what you asked for",
     )
 
 
-def test_per_replica_batch_never_refuses() -> None:
+def test_global_batch_divided_by_the_replicas() -> None:
     fails_with(
-        ex.check_per_replica_batch, lambda g, n: g // n, "per_replica_batch(100, 3) should raise ValueError"
+        ex.check_global_batch,
+        lambda strategy, per_replica: per_replica // strategy.num_replicas_in_sync,
+        "each got a quarter of what you asked for",
     )
-    fails_with(ex.check_per_replica_batch, blank, "not done yet")
+
+
+def test_global_batch_other_numbers_and_types() -> None:
+    fails_with(ex.check_global_batch, lambda s, p: p * s.num_replicas_in_sync + 1, "the replicas got 33 + 32")
+    fails_with(ex.check_global_batch, lambda s, p: p * s.num_replicas_in_sync / 1, "(an int), not 64.0")
+    fails_with(ex.check_global_batch, lambda s, p: 0, "0 is not a batch size")
+    fails_with(ex.check_global_batch, blank, "not done yet")
 
 
 # --------------------------------------------------------------------------- global_mean
@@ -113,8 +119,38 @@ def _reduced(op: str, per_replica: str):
 
 def test_global_mean_right(capsys) -> None:
     ex.check_global_mean(_reduced("SUM", "both"))
-    ex.check_global_mean(_reduced("MEAN", "both"))  # a MEAN of sums over a MEAN of counts: the same ratio
     assert "[pass] global_mean" in capsys.readouterr().out
+
+
+def test_global_mean_without_a_sum_reduce_fails() -> None:
+    """The right number, but not added over the replicas with strategy.reduce(SUM)."""
+    import numpy as np
+    import tensorflow as tf
+
+    def concatenated(strategy, dataset):  # the replicas' slices gathered and averaged in NumPy
+        batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
+        local = strategy.experimental_local_results(strategy.run(tf.identity, args=(batch,)))
+        return float(np.mean(np.concatenate([t.numpy() for t in local])))
+
+    hint = "add the replicas' sums and counts with strategy.reduce(ReduceOp.SUM, ...)"
+    fails_with(ex.check_global_mean, concatenated, hint)
+    # A MEAN of sums over a MEAN of counts is the same ratio, but not what the exercise asks for.
+    fails_with(ex.check_global_mean, _reduced("MEAN", "both"), hint)
+
+
+def test_global_mean_first_replicas_count_times_the_replicas() -> None:
+    import tensorflow as tf
+
+    def first_count(strategy, dataset):
+        batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
+        sums, counts = strategy.run(
+            lambda v: (tf.reduce_sum(v), tf.cast(tf.size(v), tf.float32)), args=(batch,)
+        )
+        count = strategy.experimental_local_results(counts)[0] * strategy.num_replicas_in_sync
+        return float(strategy.reduce("SUM", sums, axis=None) / count)
+
+    message = fails_with(ex.check_global_mean, first_count, "the first replica's count x the replicas")
+    assert "3.5 takes" in message and "4 " not in message  # its own number; never the true mean, 4
 
 
 def test_global_mean_the_wrong_answers_real_code_contains() -> None:

@@ -47,8 +47,8 @@ NB = make_class.NOTEBOOK
 SANDBOX, SANDBOX_WHY = sandbox.available()
 
 
-#: Points of the test course's exercises: the master's defaults, but per_replica_batch weighs 2 here.
-POINTS = {"uneven_mean": 1, "global_mean": 1, "per_replica_batch": 2}
+#: Points of the test course's exercises: the master's defaults, but global_batch weighs 2 here.
+POINTS = {"uneven_mean": 1, "global_mean": 1, "global_batch": 2}
 
 
 def make_course(dest: Path) -> Path:
@@ -87,7 +87,7 @@ def test_answers_found_by_definition_when_cells_moved_and_retagged(the_course) -
     sub = submission_of(make_class.tamper(nb00.master))
     answers = extract.find_answers(sub, nb00)
     assert "return 8.5" in answers["uneven_mean"].source
-    assert "global_batch // replicas" in answers["per_replica_batch"].source
+    assert "per_replica * 2" in answers["global_batch"].source
     notes = extract.describe(answers, sub)
     assert any("uneven_mean: taken from" in n and "metadata does not mark it" in n for n in notes)
 
@@ -175,16 +175,16 @@ def test_metadata_is_the_fallback_and_nothing_found_is_missing(the_course) -> No
             "uneven_mean": "def my_uneven_mean():\n    return 4.0\n",  # misnamed function
         },
     )
-    # per_replica_batch: its cell deleted altogether
-    index = make_class._solution_index(student, "per_replica_batch")
+    # global_batch: its cell deleted altogether
+    index = make_class._solution_index(student, "global_batch")
     del student.cells[index]
     answers = extract.find_answers(submission_of(student), nb00)
     assert answers["uneven_mean"].how == "cell metadata"
     assert "my_uneven_mean" in answers["uneven_mean"].source
-    assert answers["per_replica_batch"].source is None
+    assert answers["global_batch"].source is None
     graded = extract.build(nb00, answers, whole=True)
     placeholder = graded.notebook.cells[
-        next(e for e in nb00.exercises if e.id == "per_replica_batch").solution_cell
+        next(e for e in nb00.exercises if e.id == "global_batch").solution_cell
     ].source
     assert "NotImplementedError" in placeholder
 
@@ -192,20 +192,17 @@ def test_metadata_is_the_fallback_and_nothing_found_is_missing(the_course) -> No
 def test_helper_cells_the_answer_uses_come_with_it(the_course) -> None:
     nb00 = the_course.notebooks[NB]
     uses_helper = (
-        "def per_replica_batch(global_batch, replicas):\n    return _split(global_batch, replicas)\n"
+        "def global_batch(strategy, per_replica):\n"
+        "    return _times(per_replica, strategy.num_replicas_in_sync)\n"
     )
-    student = make_class.with_answers(nb00.master, {"per_replica_batch": uses_helper})
-    helper = nbformat.v4.new_code_cell(
-        "def _split(n, k):\n    if n % k:\n        raise ValueError('uneven')\n    return n // k\n"
-    )
-    scratch = nbformat.v4.new_code_cell(
-        "print(per_replica_batch(8, 2))\n_split = None if False else _split\n"
-    )
+    student = make_class.with_answers(nb00.master, {"global_batch": uses_helper})
+    helper = nbformat.v4.new_code_cell("def _times(a, b):\n    return a * b\n")
+    scratch = nbformat.v4.new_code_cell("print(global_batch(two, 8))\n_times = None if False else _times\n")
     student.cells.insert(3, helper)
     student.cells.append(scratch)  # uses the answer: must not be pulled in before it
-    answer = extract.find_answers(submission_of(student), nb00)["per_replica_batch"]
-    assert answer.source.index("def _split") < answer.source.index("def per_replica_batch")
-    assert "print(per_replica_batch" not in answer.source
+    answer = extract.find_answers(submission_of(student), nb00)["global_batch"]
+    assert answer.source.index("def _times") < answer.source.index("def global_batch")
+    assert "print(global_batch" not in answer.source
     assert "helper" in answer.how
 
 
@@ -314,13 +311,13 @@ def _stdout(text):
 
 
 def _statuses(decided):
-    """The statuses of uneven_mean and per_replica_batch (the two exercises these tests play with)."""
+    """The statuses of uneven_mean and global_batch (the two exercises these tests play with)."""
     return [e.status for e in decided.exercises if e.id != "global_mean"]
 
 
 def _two(graded):
-    """uneven_mean and per_replica_batch of the graded notebook."""
-    return tuple(next(e for e in graded.exercises if e.id == i) for i in ("uneven_mean", "per_replica_batch"))
+    """uneven_mean and global_batch of the graded notebook."""
+    return tuple(next(e for e in graded.exercises if e.id == i) for i in ("uneven_mean", "global_batch"))
 
 
 def test_statuses_passed_failed_error_timeout(the_course) -> None:
@@ -337,7 +334,7 @@ def test_statuses_passed_failed_error_timeout(the_course) -> None:
     assert decided.status == "graded"
     assert [(e.status, e.message[:34]) for e in decided.exercises if e.id != "global_mean"] == [
         ("failed", "Exercise uneven_mean: On 2 replica"),
-        ("error", "Exercise per_replica_batch: the gr"),
+        ("error", "Exercise global_batch: the grader "),
     ]
     judged = {"uneven_mean": ("passed", "fine.")}
     cells[b.solution] = _cell("error", ename="SyntaxError", evalue="invalid syntax (line 2)")
@@ -524,10 +521,10 @@ def test_each_student_graded_as_expected(graded_class, student) -> None:
 def test_hints_say_what_went_wrong(graded_class) -> None:
     messages = {(s, e["id"]): e["message"] for s, r in graded_class.results.items() for e in r["exercises"]}
     assert "one device's answer" in messages["pitfall", "uneven_mean"]
-    assert "not done yet" in messages["blank", "per_replica_batch"]
+    assert "not done yet" in messages["blank", "global_batch"]
     assert "not done yet" in messages["blank", "uneven_mean"]  # as the notebook's own check says
-    assert "should raise ValueError" in messages["tamper", "per_replica_batch"]
-    assert "did not finish within 10 s" in messages["loop", "per_replica_batch"]
+    assert "On 1 replica it got twice what you asked for" in messages["tamper", "global_batch"]
+    assert "did not finish within 10 s" in messages["loop", "global_batch"]
     assert "not valid JSON" in messages["corrupt", "uneven_mean"]
     assert messages["honest", "uneven_mean"] == (
         "on 2 replicas the MEAN of the replica means is 4.25; one device's mean is 4."
@@ -557,7 +554,7 @@ def test_what_the_audit_noted_is_for_the_graders_eyes(graded_class) -> None:
     assert "audit note" not in notes["honest"]
     assert all(e["status"] != "flagged" for r in graded_class.results.values() for e in r["exercises"])
     messages = {(s, e["id"]): e["message"] for s, r in graded_class.results.items() for e in r["exercises"]}
-    assert "should be 128" in messages["borrower", "per_replica_batch"]  # its pass line changed nothing
+    assert "each got half" in messages["borrower", "global_batch"]  # its pass line changed nothing
     # Its interrupt ended the run (then nothing the run reported counts), or the judge decided.
     forged = graded_class.results["pipe_forger"]
     said = " ".join([*forged["notes"], *(e["message"] for e in forged["exercises"])])
@@ -567,7 +564,7 @@ def test_what_the_audit_noted_is_for_the_graders_eyes(graded_class) -> None:
 def test_markdown_csv_and_feedback(graded_class) -> None:
     md = (graded_class.out / "report.md").read_text()
     assert f"## {NB}" in md
-    assert "| `uneven_mean` | `global_mean` | `per_replica_batch` |" in md
+    assert "| `uneven_mean` | `global_mean` | `global_batch` |" in md
     row = next(line for line in md.splitlines() if line.startswith("| pitfall |"))
     assert "❌ failed: 4 is one device's answer" in row and "✅ passed" in row
     with open(graded_class.out / "report.csv", newline="") as handle:
@@ -639,10 +636,8 @@ def test_csv_gradebook_and_markdown_give_points_and_totals(graded_class) -> None
         s: (n, 4, {NB: n}) for s, n in earned.items()
     }
     md = (graded_class.out / "report.md").read_text()
-    assert "Points: `uneven_mean` 1, `global_mean` 1, `per_replica_batch` 2; 4 in all." in md
-    header = (
-        "| student | status | points | passed | `uneven_mean` | `global_mean` | `per_replica_batch` | time |"
-    )
+    assert "Points: `uneven_mean` 1, `global_mean` 1, `global_batch` 2; 4 in all." in md
+    header = "| student | status | points | passed | `uneven_mean` | `global_mean` | `global_batch` | time |"
     assert header in md
     assert "## Totals" in md and "| honest | 4 | 4/4 |" in md and "| pitfall | 3 | 3/4 |" in md
     feedback = (graded_class.out / "feedback" / "pitfall.md").read_text()
@@ -957,31 +952,31 @@ def test_autograder_zip_has_what_gradescope_runs(autograder) -> None:
         (
             "honest",
             4,
-            dict(uneven_mean="passed", global_mean="passed", per_replica_batch="passed"),
+            dict(uneven_mean="passed", global_mean="passed", global_batch="passed"),
             "MEAN of the replica means",
         ),
         (
             "blank",
             0,
-            dict(uneven_mean="failed", global_mean="failed", per_replica_batch="failed"),
+            dict(uneven_mean="failed", global_mean="failed", global_batch="failed"),
             "not done yet",
         ),
         (
             "wrong",
             3,
-            dict(uneven_mean="failed", global_mean="passed", per_replica_batch="passed"),
+            dict(uneven_mean="failed", global_mean="passed", global_batch="passed"),
             "one device's answer",
         ),
         (
             "crash",
             0,
-            dict(uneven_mean="failed", global_mean="failed", per_replica_batch="failed"),
+            dict(uneven_mean="failed", global_mean="failed", global_batch="failed"),
             "kernel died",
         ),
         (
             "hostile",
             0,
-            dict(uneven_mean="failed", global_mean="failed", per_replica_batch="failed"),
+            dict(uneven_mean="failed", global_mean="failed", global_batch="failed"),
             "never answered the grader",
         ),
     ],
@@ -1041,8 +1036,8 @@ if "copied-packages" in _m.__file__:
         _f.write("\\n# rewritten by a submission\\n")
 
 
-def per_replica_batch(global_batch, replicas):
-    return global_batch
+def global_batch(strategy, per_replica):
+    return per_replica
 """
 
 
@@ -1063,7 +1058,7 @@ def test_without_the_sandbox_nothing_outlives_its_run_and_a_rewritten_course_sto
         "a_survivor": {
             "uneven_mean": SURVIVOR.format(report=str(out / "report.json")) + make_class.WRONG_PREDICTION
         },
-        "b_rewriter": {"per_replica_batch": REWRITER},
+        "b_rewriter": {"global_batch": REWRITER},
         "c_honest": {},
     }
     for student, student_answers in answers.items():

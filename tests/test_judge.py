@@ -260,19 +260,19 @@ def test_the_checks_frame_is_not_in_the_kernel() -> None:
 
 def test_what_the_student_raised_is_the_hint_and_a_placeholder_says_not_done() -> None:
     def blank(*args: Any) -> Any:
-        raise NotImplementedError("Exercise per_replica_batch: replace this line")
+        raise NotImplementedError("Exercise global_batch: replace this line")
 
-    status, message = judged("per_replica_batch", {"per_replica_batch": blank})
+    status, message = judged("global_batch", {"global_batch": blank})
     assert status == "failed" and "is not done yet" in message
 
-    def refuses(global_batch: int, replicas: int) -> int:
-        if global_batch % replicas:
-            raise ValueError("uneven")
-        return global_batch // replicas
+    def right(strategy: Any, per_replica: int) -> int:  # the strategy crosses as its recipe
+        return per_replica * strategy.num_replicas_in_sync
 
-    assert judged("per_replica_batch", {"per_replica_batch": refuses}, seed=5)[0] == "passed"
-    status, message = judged("per_replica_batch", {"per_replica_batch": lambda g, r: g / r})
+    assert judged("global_batch", {"global_batch": right}, seed=5)[0] == "passed"
+    status, message = judged("global_batch", {"global_batch": lambda s, p: p * s.num_replicas_in_sync / 1})
     assert status == "failed" and "(an int)" in message
+    status, message = judged("global_batch", {"global_batch": lambda s, p: p})
+    assert status == "failed" and "each got half of what you asked for" in message
 
 
 def test_a_prediction_left_as_the_placeholder_is_not_done_yet() -> None:
@@ -322,7 +322,7 @@ def test_a_kernel_that_answers_with_a_verdict_or_hangs_up_gets_no_verdict() -> N
         thread = threading.Thread(target=kernel, daemon=True)
         thread.start()
         with ours, ours.makefile("rb") as stream:
-            status, message = judge.judge_one("per_replica_batch", {}, ours, stream)
+            status, message = judge.judge_one("global_batch", {}, ours, stream)
         thread.join(timeout=10)
         assert status == "error" and (
             "not one the grader understands" in message or "stopped answering" in message
@@ -332,9 +332,7 @@ def test_a_kernel_that_answers_with_a_verdict_or_hangs_up_gets_no_verdict() -> N
 def test_setup_and_hardware_reads_unseen_only_when_the_judge_sets_it() -> None:
     assert exercises.UNSEEN is None and exercises.unseen() is None
     # In a notebook the check's cases are the fixed ones: its pass line never changes.
-    setup_and_hardware.check_per_replica_batch(
-        lambda g, r: g // r if g % r == 0 else (_ for _ in ()).throw(ValueError())
-    )
+    setup_and_hardware.check_global_batch(lambda strategy, p: p * strategy.num_replicas_in_sync)
 
 
 def _master_answers() -> dict[str, str]:

@@ -21,7 +21,8 @@ def gradient(params, x, y, denominator):
 
 
 def step(params, x, y, replicas, learning_rate=0.1, local_mean=False):
-    shards = zip(np.array_split(x, replicas), np.array_split(y, replicas))
+    per = -(-len(x) // replicas)  # tf.distribute's split, as the notebook's shard()
+    shards = [(x[r * per : (r + 1) * per], y[r * per : (r + 1) * per]) for r in range(replicas)]
     per_replica = [gradient(params, xs, ys, len(xs) if local_mean else len(x)) for xs, ys in shards]
     total = {k: sum(g[k] for g in per_replica) for k in per_replica[0]}
     return (
@@ -80,6 +81,7 @@ def test_split_summary_uneven_and_single_replica() -> None:
     s = W.split_summary(step, gradient, 3, 32)
     assert s.shard_sizes == [11, 11, 10] and s.matches
     assert "uneven" in s.text()
+    assert W.split_summary(step, gradient, 3, 10).shard_sizes == [4, 4, 2]  # not np.array_split's 4, 3, 3
     one = W.split_summary(step, gradient, 1, 8)
     assert one.local_mean_ratio == pytest.approx(1.0) and "1 replica," in one.text()
     with pytest.raises(ValueError):
@@ -140,7 +142,7 @@ def test_explorer_redraws_when_a_slider_moves() -> None:
 
     explorer.replicas.value = 6
     assert explorer.redraws == 2
-    assert explorer.summary.shard_sizes == [6, 6, 5, 5, 5, 5]
+    assert explorer.summary.shard_sizes == [6, 6, 6, 6, 6, 2]  # tf.distribute: ceil(32 / 6) each
     assert "6 replicas, global batch 32" in explorer.output.outputs[1]["text"]
     assert explorer.output.outputs[0]["data"]["image/png"] != first_png
 

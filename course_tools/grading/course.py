@@ -25,7 +25,7 @@ class CourseExercise:
     """One exercise of a master."""
 
     id: str
-    #: Top-level names the master's solution cell defines (``per_replica_batch``): how the student's
+    #: Top-level names the master's solution cell defines (``global_batch``): how the student's
     #: answer is recognised when cell metadata was lost.
     names: tuple[str, ...]
     solution_cell: int

@@ -2,7 +2,7 @@
 
 How an exercise's answer is found in a submission, in order:
 
-1. for each name the master's solution cell defines (``def per_replica_batch``), the *last* code cell
+1. for each name the master's solution cell defines (``def global_batch``), the *last* code cell
    of the submission that defines it at top level: the definition in force after running the
    notebook from top to bottom, wherever the student moved it;
 2. else the last cell whose metadata says ``course: {role: solution, exercise: ID}``;

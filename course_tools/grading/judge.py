@@ -88,7 +88,6 @@ class Judged:
 #: lists, arrays; functions of them; predictions). The others still run their check in the kernel.
 JUDGED: dict[str, Judged] = {
     "uneven_mean": Judged("setup_and_hardware", "check_uneven_mean", ("returns:uneven_mean",)),
-    "per_replica_batch": Judged("setup_and_hardware", "check_per_replica_batch", ("fn:per_replica_batch",)),
     "data_parallel_gradient": Judged("data_parallelism", "check_data_parallel_gradient",
                                      ("fn:data_parallel_gradient",)),
     "updates_per_epoch": Judged("data_parallelism", "check_updates_per_epoch", ("literal:UPDATES_ON_2_REPLICAS",)),
@@ -114,6 +113,7 @@ JUDGED: dict[str, Judged] = {
     "call_cost_explanation": Judged("performance", "check_call_cost_explanation", ("literal:EXPLANATION",)),
     # distributed code: the check hands it a strategy and a dataset, which cross as recipes
     "global_mean": Judged("setup_and_hardware", "check_global_mean", ("fn:global_mean",)),
+    "global_batch": Judged("setup_and_hardware", "check_global_batch", ("fn:global_batch",)),
 }
 # fmt: on
 

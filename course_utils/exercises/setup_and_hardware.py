@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
+
 from ..checks import exercise, expect, passed
 from ..strategies import mirrored_cpus
 from . import Watched, one_batch, unseen
@@ -53,9 +55,8 @@ def check_uneven_mean(uneven_mean: Callable[[], float]) -> None:
         )
         expect(
             near(two),
-            f"On 2 replicas the MEAN reduce prints {two:g}, not {guess:g}. Write down each "
-            "replica's slice (contiguous, the first replica's the larger), the mean of each, then "
-            "the mean of those 2 numbers.",
+            f"{guess:g} is not what the MEAN reduce prints on 2 replicas. Write each replica's slice "
+            "(contiguous, the first replica's the larger), the mean of each, then the mean of those 2.",
         )
     passed(
         "uneven_mean",
@@ -63,41 +64,56 @@ def check_uneven_mean(uneven_mean: Callable[[], float]) -> None:
     )
 
 
-def check_per_replica_batch(per_replica_batch: Callable[[int, int], int]) -> None:
-    """``per_replica_batch(global_batch, replicas)``: the share of each replica, or ValueError."""
-    with exercise("per_replica_batch"):
-        cases = [(256, 2, 128), (256, 1, 256), (256, 4, 64), (96, 3, 32)]
-        uneven = [(100, 3)]
-        if (rng := unseen()) is not None:  # grading: a case of each kind the student never saw
-            replicas, share = rng.randint(2, 9), rng.randint(3, 60)
-            cases.append((share * replicas, replicas, share))
-            uneven.append((share * replicas + rng.randint(1, replicas - 1), replicas))
-        for global_batch, replicas, want in cases:
-            got = per_replica_batch(global_batch, replicas)
-            expect(
-                got == want and isinstance(got, int),
-                f"per_replica_batch({global_batch}, {replicas}) should be {want} (an int), got {got!r}. "
-                "Each replica gets the global batch divided by the number of replicas.",
+#: ``global_batch``'s hints for the wrong answers real code contains.
+_HALF = "On 2 replicas each got half of what you asked for: the dataset's batch is the global one."
+_TWICE = (
+    "On 1 replica it got twice what you asked for: ask the strategy how many replicas it has (a 2 "
+    "written in holds on 2 replicas only)."
+)
+_QUARTER = (
+    "On 2 replicas each got a quarter of what you asked for: you divided, but the dataset's batch is "
+    "split over the replicas; it holds all of their examples."
+)
+
+
+def check_global_batch(global_batch: Callable[[Any, int], Any]) -> None:
+    """``global_batch(strategy, per_replica)``: a dataset batched by it, distributed on 1 and 2
+    replicas, must give each replica ``per_replica`` examples."""
+    import tensorflow as tf
+
+    with exercise("global_batch"):
+        cases = [(2, 32), (1, 32), (2, 5)]  # (replicas, per_replica); 2 first, where most mistakes show
+        if (rng := unseen()) is not None:  # grading: a size the student never saw
+            cases.append((rng.choice([1, 2]), rng.randint(3, 60)))
+        for replicas, per_replica in cases:
+            strategy = (
+                mirrored_cpus(2, needed_by="The check") if replicas > 1 else tf.distribute.get_strategy()
             )
-        for global_batch, replicas in uneven:
-            try:
-                per_replica_batch(global_batch, replicas)
-            except ValueError:
-                pass
-            else:
-                expect(
-                    False,
-                    f"per_replica_batch({global_batch}, {replicas}) should raise ValueError: {global_batch} "
-                    f"examples cannot be split evenly over {replicas} replicas, and the course asks you to "
-                    "say so rather than round.",
-                )
-    passed("per_replica_batch", "global batches split evenly, uneven ones refused.")
+            want = [per_replica] * replicas  # the examples each replica should receive
+            got = global_batch(Watched(strategy), per_replica)
+            on = f"On {replicas} replica{'s' * (replicas > 1)}, asking for {per_replica} examples each"
+            expect(
+                isinstance(got, (int, np.integer)) and not isinstance(got, bool),
+                f"{on}: return the batch size as a whole number (an int), not {got!r}.",
+            )
+            expect(0 < got <= 1000 * per_replica, f"{on}: {got} is not a batch size for them.")
+            batch = strategy.experimental_distribute_dataset(tf.data.Dataset.range(got).batch(got))
+            sizes = [int(t.shape[0]) for t in strategy.experimental_local_results(next(iter(batch)))]
+            hint = {(2, per_replica): _HALF, (1, 2 * per_replica): _TWICE, (2, per_replica // 2): _QUARTER}
+            expect(
+                sizes == want,
+                hint.get((replicas, got))
+                or f"{on}, the replicas got {' + '.join(map(str, sizes))}: the batch must hold "
+                f"{per_replica} for each.",
+            )
+    passed(
+        "global_batch", "a dataset batched by it gave every replica what it asked for, on 1 and 2 replicas."
+    )
 
 
 def check_global_mean(global_mean: Callable[[Any, Any], Any]) -> None:
     """``global_mean(strategy, dataset)``: the mean of a one-batch dataset, computed by the replicas,
     on one device and on 2 replicas whose slices differ in size."""
-    import numpy as np
     import tensorflow as tf
 
     with exercise("global_mean"):
@@ -149,7 +165,16 @@ def check_global_mean(global_mean: Callable[[Any, Any], Any]) -> None:
                     near(want) or not near(float(values.sum()) / replicas),
                     f"{on}: {got:g} divides the sum by the number of replicas, not the number of numbers.",
                 )
-                expect(near(want), f"{on}: the mean is {want:g}, your function returned {got:g}.")
+                expect(  # the first replica's count x the replicas, on 2 replicas
+                    near(want) or replicas == 1 or not near(float(values.sum()) / (half * replicas)),
+                    f"{on}: {got:g} takes the first replica's count x the replicas for the count; the "
+                    "slices differ in size: add the replicas' counts with ReduceOp.SUM.",
+                )
+                expect(
+                    watched.sums >= 2,
+                    f"{on}: add the replicas' sums and counts with strategy.reduce(ReduceOp.SUM, ...).",
+                )
+                expect(near(want), f"{on}: {got:g} is not their mean; add sums and counts with ReduceOp.SUM.")
     passed(
         "global_mean", "sums and counts added over the replicas give one device's mean on 1 and 2 replicas."
     )

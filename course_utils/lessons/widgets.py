@@ -407,7 +407,9 @@ class SplitSummary:
 
     def text(self) -> str:
         sizes = ", ".join(str(s) for s in self.shard_sizes)
-        even = "" if len(set(self.shard_sizes)) == 1 else "  (uneven: the first replicas get one more)"
+        even = (
+            "" if len(set(self.shard_sizes)) == 1 else "  (uneven: ceil(B/N) each until the batch runs out)"
+        )
         return "\n".join(
             [
                 f"{self.replicas} replica{'s' if self.replicas != 1 else ''}, global batch {self.global_batch}",
@@ -435,10 +437,11 @@ def split_summary(step: Step, gradient: Gradient, replicas: int, global_batch: i
     x, y = x[:global_batch], y[:global_batch]
     _, right, _ = step(params, x, y, replicas)
     _, wrong, _ = step(params, x, y, replicas, local_mean=True)
+    per = -(-global_batch // replicas)  # tf.distribute's split, as the notebook's shard()
     return SplitSummary(
         replicas=int(replicas),
         global_batch=int(global_batch),
-        shard_sizes=[len(s) for s in np.array_split(y, replicas)],
+        shard_sizes=[min(per, max(0, global_batch - r * per)) for r in range(replicas)],
         single=flat(list(gradient(params, x, y, global_batch).values())),
         data_parallel=flat(list(right[0].values())),
         local_mean=flat(list(wrong[0].values())),
