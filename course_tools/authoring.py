@@ -242,9 +242,9 @@ def student_version(master: Any, name: str, config: dict[str, str]) -> Any:
             cell.execution_count = None
             if role(cell) == "solution":
                 cell.source = blank_solution(cell.source, exercise_id(cell))
-        cell.metadata = {
-            k: v for k, v in cell.metadata.items() if k in {"course", "tags", "nbgrader", "slideshow"}
-        }
+        # "jupyter" (source_hidden) and "cellView" (Colab's form view) keep a picture's code collapsed
+        kept = {"course", "tags", "nbgrader", "slideshow", "jupyter", "cellView"}
+        cell.metadata = {k: v for k, v in cell.metadata.items() if k in kept}
     keep = {"kernelspec", "language_info", "colab", "accelerator", "course"}
     nb.metadata = {k: v for k, v in nb.metadata.items() if k in keep}
     nb.metadata.pop("language_info", None)
