@@ -21,7 +21,7 @@ For each engine this module writes what it needs (:func:`kubernetes_manifests`,
 Each embeds a few lines of Python, run in front of the program (``python -c DERIVE program ...``),
 that turn the engine's variables into the ``TF_CONFIG`` the launcher would have written for that
 task, then replace themselves with the program (``os.execvp``): the program itself never changes.
-Notebook 07's section 12 writes the Kubernetes lines in a cell. The command runs each file's
+Notebook 07's section 11 writes the Kubernetes lines in a cell. The command runs each file's
 embedded code with the engine's variables simulated, for every task, against the launcher's
 ``TF_CONFIG``, then writes the three files (``tests/test_deploy.py`` does the same for several
 cluster shapes).
@@ -531,7 +531,7 @@ ENGINE_FILES = {
 
 def deployments(cluster: Mapping[str, Sequence[str]]) -> list[Deployment]:
     """For Kubernetes, Vertex AI and Slurm: the file each needs to run ``cluster``'s tasks, and the
-    ``TF_CONFIG`` it gives every task next to the launcher's (notebook 07, section 12)."""
+    ``TF_CONFIG`` it gives every task next to the launcher's (notebook 07, section 11)."""
     texts = {
         "kubernetes": kubernetes_yaml(cluster),
         "vertex": to_text(vertex_config(cluster)),

@@ -59,6 +59,16 @@ def write_program(folder: Path, **answers: str) -> dict[str, Path]:
 
 SHARD = "data = data.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)"
 BATCH = "return data.batch(input_context.get_per_replica_batch_size(GLOBAL_BATCH), drop_remainder=True)"
+#: What a hint never prints: the solutions' code (the pieces of the two files' solution regions).
+SOLUTION_CODE = (
+    "data.shard(input_context",
+    "get_per_replica_batch_size(GLOBAL_BATCH)",
+    "drop_remainder=True",
+    "compute_average_loss(",
+    "global_batch_size=GLOBAL_BATCH",
+    "strategy.reduce(",
+    "ReduceOp.SUM",
+)
 
 
 def test_worker_input_passes(tmp_path, capsys) -> None:
@@ -80,10 +90,10 @@ def test_worker_input_sharded_after_batching_is_right(tmp_path, capsys) -> None:
 @pytest.mark.parametrize(
     "answer, hint",
     [
-        (BATCH, "read 64 of the same examples: without sharding"),  # every worker reads everything
+        (BATCH, "read 64 of the same examples: every worker reads the whole dataset"),  # no sharding
         (  # global batch
             f"{SHARD}\nreturn data.batch(GLOBAL_BATCH, drop_remainder=True)",
-            "one step trains 64, not one device's global batch of 16: the global batch is the step",
+            "one step trains 64, not one device's global batch of 16: a batch of GLOBAL_BATCH per replica",
         ),
         (  # a worker's share as each of its replicas' batch: right only with 1 replica per worker
             f"{SHARD}\nreturn data.batch(GLOBAL_BATCH // input_context.num_input_pipelines, drop_remainder=True)",
@@ -94,12 +104,12 @@ def test_worker_input_sharded_after_batching_is_right(tmp_path, capsys) -> None:
         (  # one shard per replica: right only with 1 replica per worker
             SHARD.replace("num_input_pipelines", "num_replicas_in_sync") + "\n" + BATCH,
             "The 2 workers read 32 of the 64 examples one device trains: with 2 replicas per worker "
-            "num_replicas_in_sync is 4; shard into one part per worker",
+            "num_replicas_in_sync is 4, so the data were cut into 4 parts, and the 2 workers read only 2",
         ),
         (  # no drop_remainder: the check's data leave a short last batch
             f"{SHARD}\n" + BATCH.replace(", drop_remainder=True", ""),
             "67 examples leave a last batch of 3, which the replicas would split unevenly (or not at all): "
-            "batch with drop_remainder=True.",
+            "the statement asks you to drop it.",
         ),
         (  # a hard-coded batch: right for 2 workers of 2 replicas, not of 1
             f"{SHARD}\nreturn data.batch(GLOBAL_BATCH // 4 if input_context.num_input_pipelines > 1 "
@@ -126,6 +136,7 @@ def test_worker_input_mistakes(tmp_path, answer, hint) -> None:
     with pytest.raises(ExerciseError, match="worker_input") as caught:
         ex.check_worker_input(write_program(tmp_path, worker_input=answer)["worker_input"])
     assert hint in str(caught.value)
+    assert not any(code in str(caught.value) for code in SOLUTION_CODE), "a hint prints the solution"
 
 
 def test_worker_input_per_worker_interleave_reads_other_examples(tmp_path) -> None:
@@ -176,13 +187,15 @@ def test_worker_step_passes(tmp_path, capsys) -> None:
         (  # a worker's share of the global batch as the denominator
             "global_batch_size=GLOBAL_BATCH)",
             "global_batch_size=GLOBAL_BATCH // 2)",
-            "on 1 replica is not one device's step",
+            "on 1 replica is not one device's step: a replica's loss is divided by something other than "
+            "the examples of one step of all workers",
         ),
         ("ReduceOp.SUM", "ReduceOp.MEAN", "replicas' shares were averaged"),  # a 2x too small loss
         (  # the replicas' losses returned unreduced
             "return strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None)",
             "return shares",
-            "combine them into the global batch's loss with strategy.reduce",
+            "returned each replica's own loss (a PerReplica value): combine them into the loss of the whole "
+            "global batch.",
         ),
         (  # the replica step called outside strategy.run
             "shares = strategy.run(replica_step, args=(x, y))",
@@ -196,6 +209,7 @@ def test_worker_step_mistakes(tmp_path, old, new, hint) -> None:
     with pytest.raises(ExerciseError, match="worker_step") as caught:
         ex.check_worker_step(write_program(tmp_path, worker_step=answer)["worker_step"])
     assert hint in str(caught.value)
+    assert not any(code in str(caught.value) for code in SOLUTION_CODE), "a hint prints the solution"
 
 
 def test_worker_step_unfinished(tmp_path) -> None:
@@ -217,7 +231,10 @@ def test_restart_step(tmp_path, capsys) -> None:
     [
         (8, "step 7 was trained but never saved"),
         (5, "end-of-epoch saves only"),
-        (1, "continues after the last of them"),
+        (1, "You predicted 1: list the steps <= 7 after which train.py saves (SAVE_EVERY and the epoch end)"),
+        (4, "You predicted 4: list the steps <= 7 after which train.py saves"),
+        (7, "You predicted 7: list the steps <= 7 after which train.py saves"),
+        (12, "You predicted 12: list the steps <= 7 after which train.py saves"),
         (None, "is not done yet"),  # left blank, as every exercise
         (6.0, "whole number"),
     ],
@@ -227,6 +244,8 @@ def test_restart_step_mistakes(tmp_path, prediction, hint) -> None:
     with pytest.raises(ExerciseError, match="restart_step") as caught:
         ex.check_restart_step(prediction, program, killed_after=7)
     assert hint in str(caught.value)
+    if isinstance(prediction, int):  # a wrong step: never the answer (6) nor the saves that give it
+        assert "6" not in str(caught.value) and "[4, 5]" not in str(caught.value)
 
 
 # --------------------------------------------------------------------------- pod_task
@@ -432,8 +451,9 @@ def test_resume_point_fits_only_this_cluster(tmp_path) -> None:
     answer = "return divmod(global_step, 4) if global_step in (5, 9) else (0, 0)"
     program = write_program(tmp_path, resume_point=answer)["resume_point"]
     runs, uninterrupted = simulate(lambda g, s: divmod(g, s))
-    with pytest.raises(ExerciseError, match="fits this cluster's numbers only"):
+    with pytest.raises(ExerciseError, match="fits this cluster's numbers only") as caught:
         ex.check_resume_point(program, runs, uninterrupted)
+    assert "returned (0, 0)" in str(caught.value) and "should be" not in str(caught.value)
 
 
 def test_resume_point_unfinished_and_failed_restart(tmp_path) -> None:

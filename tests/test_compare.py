@@ -171,7 +171,8 @@ def test_right_step_passes_with_a_tolerance_from_its_own_noise() -> None:
 
 def test_reduce_mean() -> None:
     result = same(step(reduce="mean"))
-    caught(result, "on 2 replicas", "data loss's part of the update is 2.00x", "compute_average_loss")
+    caught(result, "on 2 replicas", "data loss's part of the update is 2.00x", "not over the global batch")
+    assert "compute_average_loss" not in result.hint  # the mistake named, not the fix's code
     assert "DIFFERS" in str(result) and re.search(r"\d\.\de[+-]\d\d  ", str(result))  # scientific notation
 
 

@@ -5,7 +5,7 @@ The exercises are parts of the notebook's worker program (``train.py``, written 
 that file as a module, without running its ``main``, and judge each function: the input and the
 step on 2 replicas against one device (:mod:`course_utils.compare`), the resume point on the
 restarted clusters of the notebook. Two are predictions: the first step after a restart, and the
-task a Kubernetes pod becomes (section 12's start-up lines, run for that pod).
+task a Kubernetes pod becomes (section 11's start-up lines, run for that pod).
 """
 
 from __future__ import annotations
@@ -98,28 +98,27 @@ def _worker_steps(
     workers = [_batches(train.make_dataset(tf.distribute.InputContext(2, i, n), 0)) for i in range(2)]
     sizes = sorted({len(ids) for batches in workers for ids, _, _ in batches})
     why = {
-        g: "the global batch is the step of all workers; ",
+        g: "a batch of GLOBAL_BATCH per replica; ",
         g // 2: "GLOBAL_BATCH // num_input_pipelines is a worker's share, not a replica's; ",
     }.get(sizes[-1] if sizes else 0, "")
     expect(
         sizes == [g // n],
         f"On 2 workers of {replicas} replica(s) each, the replicas get batches of {sizes} examples, so "
         f"one step trains {n * sizes[-1] if sizes else 0}, not one device's global batch of {g}: {why}"
-        "use input_context.get_per_replica_batch_size(GLOBAL_BATCH).",
+        "a replica's batch is its share of one step of all workers.",
     )
     first = [set(int(i) for ids, _, _ in batches for i in ids) for batches in workers]
     expect(
         not first[0] & first[1],
-        f"The 2 workers read {len(first[0] & first[1])} of the same examples: without sharding, every "
-        "worker reads the whole dataset. Shard it: data.shard(input_context.num_input_pipelines, "
-        "input_context.input_pipeline_id).",
+        f"The 2 workers read {len(first[0] & first[1])} of the same examples: every worker reads the "
+        "whole dataset; keep only this worker's part (the InputContext says which).",
     )
     wanted = {int(i) for ids, _, _ in one for i in ids}
     expect(
         wanted <= first[0] | first[1],
         f"The 2 workers read {len(wanted & (first[0] | first[1]))} of the {len(wanted)} examples one "
-        f"device trains: with {replicas} replicas per worker num_replicas_in_sync is {n}; shard into one "
-        "part per worker, data.shard(input_context.num_input_pipelines, input_context.input_pipeline_id).",
+        f"device trains: with {replicas} replicas per worker num_replicas_in_sync is {n}, so the data "
+        f"were cut into {n} parts, and the 2 workers read only 2 of them.",
     )
     steps = [[batches[k : k + replicas] for k in range(0, len(batches), replicas)] for batches in workers]
     expect(
@@ -154,21 +153,21 @@ def check_worker_input(program: Any) -> None:
         except tf.errors.InvalidArgumentError as error:
             expect(
                 "shards" not in str(error),
-                "data.shard got 0 shards: its arguments are (num_shards, index), so "
-                "data.shard(input_context.num_input_pipelines, input_context.input_pipeline_id).",
+                "On one device data.shard got 0 shards: its arguments are (num_shards, index), "
+                "and you passed them the other way round.",
             )
             raise
         sizes = [len(b[0]) for b in one]
         expect(
             not (len(sizes) > 1 and set(sizes[:-1]) == {g} and sizes[-1] < g),
             f"{train.EXAMPLES} examples leave a last batch of {sizes[-1]}, which the replicas would split "
-            "unevenly (or not at all): batch with drop_remainder=True.",
+            "unevenly (or not at all): the statement asks you to drop it.",
         )
         expect(
             one and all(len(ids) == g for ids, _, _ in one),
             f"On one device (1 input pipeline, 1 replica) make_dataset gave batches of "
-            f"{sorted(set(sizes))}, not the global batch of {g}: batch with "
-            "input_context.get_per_replica_batch_size(GLOBAL_BATCH).",
+            f"{sorted(set(sizes))}, not the global batch of {g}: a replica's batch is its share of one "
+            "step of all workers, and here its one replica is all of them.",
         )
         workers = _worker_steps(tf, train, one, g, replicas=2)
         _worker_steps(tf, train, one, g, replicas=1)
@@ -227,7 +226,7 @@ def check_worker_step(program: Any) -> None:
                 expect(
                     not isinstance(loss, tf.distribute.DistributedValues),
                     "train_step returned each replica's own loss (a PerReplica value): combine them into "
-                    "the global batch's loss with strategy.reduce(tf.distribute.ReduceOp.SUM, ..., axis=None).",
+                    "the loss of the whole global batch.",
                 )
                 return loss
 
@@ -252,9 +251,8 @@ def check_worker_step(program: Any) -> None:
         )
         expect(
             result.ok or "on 1 replica" not in result.hint,
-            "Your make_train_step on 1 replica is not one device's step: each replica divides its summed "
-            "loss by the examples of the whole step on all workers, GLOBAL_BATCH "
-            f"(tf.nn.compute_average_loss(..., global_batch_size=GLOBAL_BATCH)); here {result.hint}.",
+            "Your make_train_step on 1 replica is not one device's step: a replica's loss is divided by "
+            f"something other than the examples of one step of all workers; here {result.hint}.",
         )
         expect(result.ok, f"Your make_train_step: {result.hint}.")
     passed(
@@ -293,8 +291,8 @@ def check_restart_step(prediction: Any, program: Any, killed_after: int) -> None
         )
         expect(
             int(prediction) == actual,
-            f"You predicted {prediction}: the program saves after steps {saved} before the kill, and a "
-            "restart continues after the last of them.",
+            f"You predicted {prediction}: list the steps <= {killed_after} after which train.py saves "
+            "(SAVE_EVERY and the epoch end); a restart begins after the last.",
         )
     passed(
         "restart_step",
@@ -309,7 +307,7 @@ def _pod_tf_config(derive: Any, cluster: dict, pod: int) -> dict:
     """The ``TF_CONFIG`` that the start-up lines in the file ``derive`` hand the program in pod
     ``trainer-POD`` of an Indexed Job (``CLUSTER`` and ``JOB_COMPLETION_INDEX`` set)."""
     path = Path(derive)
-    expect(path.is_file(), f"There is no {path.name}: run the %%writefile cell of section 12 first.")
+    expect(path.is_file(), f"There is no {path.name}: run the %%writefile cell of section 11 first.")
     show = [sys.executable, "-c", "import os; print(os.environ['TF_CONFIG'])"]
     env = {**os.environ, "CLUSTER": json.dumps(cluster), "JOB_COMPLETION_INDEX": str(pod)}
     run = subprocess.run(
@@ -351,7 +349,7 @@ def check_pod_task(
             expect(
                 got == make_tf_config(cluster, *task),
                 f"The lines of {Path(derive).name} no longer give pod trainer-{rank} the launcher's "
-                f"TF_CONFIG (they gave {got.get('task')}): run the %%writefile cell of section 12 as given.",
+                f"TF_CONFIG (they gave {got.get('task')}): run the %%writefile cell of section 11 as given.",
             )
         actual = tasks[pod]
         wrong = (job, index) != actual
@@ -478,7 +476,7 @@ def check_resume_point(program: Any, runs: Sequence[Any], uninterrupted: Any = N
             got = tuple(int(v) for v in train.resume_point(step, steps))
             expect(
                 got == divmod(step, steps),
-                f"resume_point({step}, {steps}) should be {divmod(step, steps)}, got {got}: your answer "
+                f"resume_point({step}, {steps}) returned {got}, which does not resume there: your answer "
                 "fits this cluster's numbers only.",
             )
     restored = [int(_data(run, "worker 0")["restored"]) for run in runs[1:]]
