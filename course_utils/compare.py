@@ -553,6 +553,11 @@ def _probe(check: _Check, n: int, clipping: str) -> str:
         return ""
     if not 0.1 < big["f"] < 10:
         return HINTS["not_clipped" if big["f"] >= 10 else "clipped"].format(**big)
+    if n > 1 and _near(big["f"], n) and mismatch(big_n, big["f"] * big_1) <= PROBE_RTOL:  # N x, parallel
+        return (
+            f"{big['on']} with gradients large enough to clip, the update is {big['f']:.2f}x one device's, parallel: "
+            f"every replica passes the same clipped, all-reduced gradient and apply_gradients adds the {n} copies"
+        )
     where = HINTS["optimizer_clips"].format(clipping=clipping) if clipping else HINTS["step_clips"]
     return HINTS["clip_per_replica"].format(where=where, **big)
 

@@ -78,8 +78,29 @@ def test_fit_on_replicas_hard_coded_replicas(global_batch):
         return model
 
     message = _hint(ex.check_fit_on_replicas, fit_on_replicas)
-    assert "On 1 replica fit took 4 steps for 128 examples, not 8" in message
-    assert "hard-coded `* 2`" in message and "strategy.num_replicas_in_sync" in message
+    assert "On 1 replica fit took 4 steps for 128 examples" in message and "hard-coded `* 2`" in message
+    assert "num_replicas_in_sync" not in message and "not 8" not in message  # the answer's code, its steps
+
+
+def _numpy_route(shuffle):
+    """fit on the NumPy arrays with batch_size=the global batch: fit shuffles them unless told not to."""
+
+    def fit_on_replicas(strategy, make_model, images, labels, per_replica_batch):
+        with strategy.scope():
+            model = _compile(make_model())
+        global_batch = per_replica_batch * strategy.num_replicas_in_sync
+        model.fit(images, labels, batch_size=global_batch, epochs=1, verbose=0, shuffle=shuffle)
+        return model
+
+    return fit_on_replicas
+
+
+def test_fit_on_replicas_numpy_route(capsys):
+    message = _hint(ex.check_fit_on_replicas, _numpy_route(shuffle=True))
+    assert "off one device trained on batches of 32" in message
+    assert "fit shuffles NumPy arrays" in message and "shuffle=False" in message
+    ex.check_fit_on_replicas(_numpy_route(shuffle=False))
+    assert "[pass] fit_on_replicas" in capsys.readouterr().out
 
 
 def test_fit_on_replicas_other_rate_is_off_one_device():
@@ -146,9 +167,9 @@ def test_even_batches_passes(capsys):
     "answer, hint",
     [
         # the tutorial's pipeline: the last batch of 3 splits 2 + 1
-        (lambda d, g, r: d.batch(g), "mean of means"),
+        (lambda d, g, r: d.batch(g), "a mean of means"),
         # the remainder dropped, but a batch of 3 splits 2 + 1 from the first step on
-        (lambda d, g, r: d.batch(g, drop_remainder=True), "fit raises InvalidArgumentError (AddN)"),
+        (lambda d, g, r: d.batch(g, drop_remainder=True), "splits 2 + 1: on 2 replicas fit raises"),
         # batched by the per-replica size
         (lambda d, g, r: d.batch(g // r, drop_remainder=True), "the per-replica size"),
         # rounded up instead of down: 3 examples in batches of 4, with the remainder dropped
@@ -162,6 +183,15 @@ def test_even_batches_mistakes(answer, hint):
     message = _hint(ex.check_even_batches, answer)
     assert message.startswith("Exercise even_batches:")
     assert hint in message
+    # never the answer: the right size (2 for 3 examples in 3s, 16 for 40 in 16s) or drop_remainder
+    assert "drop_remainder" not in message and ": 2." not in message and "(16)" not in message
+
+
+def test_even_batches_hints_name_the_mistake():
+    first = _hint(ex.check_even_batches, lambda d, g, r: d.batch(g, drop_remainder=True))
+    assert "the first batch of 3 splits 2 + 1" in first and "pick a size that replicas divides" in first
+    last = _hint(ex.check_even_batches, lambda d, g, r: d.batch(g))
+    assert "keep it out of the epoch" in last
 
 
 def test_even_batches_mean_of_means_is_measured():
@@ -225,6 +255,28 @@ def test_fit_resumable_restarting_from_scratch():
     assert "started over instead of resuming at epoch 2" in _hint(ex.check_fit_resumable, restarting)
 
 
+def test_fit_resumable_model_checkpoint_in_backup_dir():
+    """ModelCheckpoint writing into backup_dir: files there, but nothing fit resumes from."""
+
+    def fit_resumable(strategy, make_model, dataset, epochs, backup_dir, callbacks=()):
+        import os
+
+        import keras
+
+        with strategy.scope():
+            model = make_model()
+        saving = keras.callbacks.ModelCheckpoint(
+            os.path.join(backup_dir, "latest.weights.h5"), save_weights_only=True
+        )
+        model.fit(dataset, epochs=epochs, verbose=0, callbacks=[saving, *callbacks])
+        return model
+
+    message = _hint(ex.check_fit_resumable, fit_resumable)
+    assert "holds latest.weights.h5 but no training_metadata.json" in message
+    assert "ModelCheckpoint's files are never resumed from" in message
+    assert "same backup_dir in both calls" not in message
+
+
 def test_fit_resumable_unfinished():
     def fit_resumable(strategy, make_model, dataset, epochs, backup_dir, callbacks=()):
         raise NotImplementedError("Exercise fit_resumable: replace this line with your code")
@@ -248,19 +300,25 @@ def test_scaled_batch_and_lr_passes(capsys):
 @pytest.mark.parametrize(
     "answer, hint",
     [
-        (lambda p, r, lr, b: (p * r, lr * r), "scaled the learning rate by the number of replicas"),
-        (lambda p, r, lr, b: (p // r, lr * p / b), "should be 64 (per-replica batch x replicas)"),
+        (lambda p, r, lr, b: (p * r, lr * r), "you scaled base_lr by the replicas"),
+        (lambda p, r, lr, b: (p // r, lr * p / b), "your global batch is 16"),
         (lambda p, r, lr, b: (p * r / 1, lr * p * r / b), "should be an int"),
         # the rate kept as tuned on one device: the notebook's 2-replica run then learns less per epoch
         (lambda p, r, lr, b: (p * r, lr), "you kept base_lr"),
-        (lambda p, r, lr, b: (p * r, lr * p * r / b * 1.5), "base_lr * global_batch / base_batch"),
+        (lambda p, r, lr, b: (p * r, lr * p * r / b * 1.5), "your rate is 1.5x the one that moves an epoch"),
+        (lambda p, r, lr, b: (p * r, lr * p * r / b / 1.4), "0.714x the one that moves an epoch"),
         (lambda p, r, lr, b: [p * r, lr * p * r / b], "should return a tuple"),
+        (lambda p, r, lr, b: (p * r, f"{lr * p * r / b}"), "the learning rate should be a number"),
     ],
 )
 def test_scaled_batch_and_lr_mistakes(answer, hint):
     message = _hint(ex.check_scaled_batch_and_lr, answer)
     assert message.startswith("Exercise scaled_batch_and_lr:")
     assert hint in message
+    # never the answer: the formula, or the right batch (64) and rate (0.1 or 0.05) of the failing case
+    call, _, said = message.partition("): ")
+    assert "base_lr * global_batch" not in said and "expected" not in said
+    assert not {"64", "0.1", "0.05"} & set(said.replace(",", " ").replace("(", " ").split())
 
 
 def test_check_examples_are_even_over_two_replicas():
@@ -293,7 +351,7 @@ MISTAKES = [
     # the notebook's buggy script: no scope and the per-replica batch
     ("fit_on_replicas", dict(scope=False, global_batch=False), "built outside `with strategy.scope():`"),
     ("fit_on_replicas", dict(scope=False), "built outside `with strategy.scope():`"),
-    ("fit_on_replicas", dict(global_batch=False), "per-replica size (16)"),
+    ("fit_on_replicas", dict(global_batch=False), "batched per replica, but fit expects global batches"),
     ("fit_on_replicas", dict(compile_in_scope=False), "optimizer was created outside"),
     ("fit_on_replicas", dict(fit=False), "no step"),
     ("fit_resumable", dict(backup=False), "add keras.callbacks.BackupAndRestore(backup_dir)"),
@@ -313,3 +371,4 @@ def test_a_planted_mistake_gets_its_hint(exercise, mistake, hint):
     message = _hint(getattr(ex, f"check_{exercise}"), make(**mistake))
     assert message.startswith(f"Exercise {exercise}:")
     assert hint in message
+    assert "per_replica_batch *" not in message  # never the answer's code

@@ -128,7 +128,11 @@ def same_update(
         replicas=replica_counts(),
     )
     options.update(kwargs)
-    return compare.same_update(make_train_step, *check_data(), **options)
+    result = compare.same_update(make_train_step, *check_data(), **options)
+    described = {make_script_step: "the script's", make_warmup_script_step: "the warmup script's"}
+    if reference in described:  # the table's header names the reference: the script, not the student's
+        result.compared_with = f"{described[reference]} step on one device"
+    return result
 
 
 # --------------------------------------------------------------------------- the checks
@@ -171,32 +175,32 @@ def check_naive_loss_prediction(
                 False,
                 f"You predicted the one-device loss {data + penalty:.4f}. The naive port "
                 f"adds the whole penalty on each of the {n} replicas, and SUM adds the {n} "
-                f"replicas' losses: it reported {measured:.4f}.",
+                "replicas' losses.",
             )
         if abs(value - n * (data + penalty)) < 1e-3:
             expect(
                 False,
                 "Each replica's data loss is its share of the global batch "
                 f"(compute_average_loss divides by the global batch), so the {n} shares add up to "
-                f"the one-device data loss {data:.4f}, not {n}x it; it reported {measured:.4f}.",
+                f"the one-device data loss {data:.4f}, not {n}x it.",
             )
         for times in range(0, 2 * n + 1):
             if times != n and abs(value - (data + times * penalty)) < 1e-3:
                 expect(
                     False,
-                    f"You counted the penalty {times} times; each of the {n} replicas adds the whole "
-                    f"penalty and SUM adds their losses, so it counts {n} times: it reported {measured:.4f}.",
+                    f"You counted the penalty {times} times; each replica adds the whole penalty, and SUM "
+                    f"adds the {n} replicas' losses.",
                 )
         if abs(value - measured) >= 1e-3 and value < data:
             expect(
                 False,
                 f"You predicted {value:.4f}, less than the one-device data loss {data:.4f}: SUM adds the "
-                f"{n} replicas' shares of the data loss back up to it; it reported {measured:.4f}.",
+                f"{n} replicas' shares of the data loss back up to it.",
             )
         expect(
             abs(value - measured) < 1e-3,
-            f"You predicted {value:.4f}; the naive port reported {measured:.4f} on {n} replicas "
-            f"(data loss {data:.4f}, penalty {penalty:.4f} on one device).",
+            f"You predicted {value:.4f}, not what the naive port reports on {n} replicas: add up what "
+            f"each replica's loss holds (on one device: data loss {data:.4f}, penalty {penalty:.4f}).",
         )
     passed(
         "naive_loss_prediction",
@@ -274,21 +278,18 @@ def counter_readings(factory: Callable[..., Any], replicas: int) -> list[float]:
 AGGREGATION_WHY = {
     "NONE": ": each replica adds to its own copy, so the copies agree only while every replica adds "
     "the same (replicas adding 1 and 2 leave copies at 3 and 6: the cell after this check)",
-    "MEAN": ": TensorFlow refuses MEAN for an integer variable (a float counter with MEAN is right)",
+    "MEAN": ": TensorFlow refuses MEAN for an integer variable",
 }
+#: Where the notebooks taught the aggregation a counter needs: the hints point there, not to the answer.
+CHOOSE = "choose the aggregation that gives every copy one replica's update (notebook 05, ReplicaDropout)"
 ON_READ_HINT = (
     "the step counter has synchronization=ON_READ: each replica counts in a copy of its own, never "
-    "synchronized (a metric's kind of variable); keep the default synchronization (ON_WRITE) and use "
-    "aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA"
+    "synchronized (a metric's kind of variable), while a step counter's copies must agree after every write"
 )
 
 
 def _aggregation_hint(name: str) -> str:
-    return (
-        f"the step counter has aggregation={name}{AGGREGATION_WHY.get(name, '')}; use aggregation="
-        "tf.VariableAggregation.ONLY_FIRST_REPLICA: every copy takes replica 0's update, as Keras's "
-        "optimizer.iterations does"
-    )
+    return f"the step counter has aggregation={name}{AGGREGATION_WHY.get(name, '')}: {CHOOSE}"
 
 
 def _counter_hint(fixed_port: Callable[..., Any], hint: str) -> Optional[str]:
@@ -299,14 +300,12 @@ def _counter_hint(fixed_port: Callable[..., Any], hint: str) -> Optional[str]:
         return (
             "the step counter has aggregation=SUM: in replica context its assign_add(1) must be "
             "added over the replicas, and a constant is not a per-replica value, so it raises "
-            "(with a tensor it would count N per step); use aggregation=tf.VariableAggregation."
-            "ONLY_FIRST_REPLICA"
+            f"(with a tensor it would count N per step): {CHOOSE}"
         )
     if hint.startswith("on 1 replica"):
         return (
-            "already on 1 replica your step differs from the warmup script: the counter must start at 0 "
-            "and advance by exactly 1 per step (optimizer.iterations also advances in apply_gradients); "
-            "make a new tf.Variable(0) in strategy.scope()"
+            "already on 1 replica your step differs from the warmup script: its counter does not start at 0 "
+            "and advance by exactly 1 per step (optimizer.iterations also advances in apply_gradients)"
         )
     n = max(replica_counts())
     try:
@@ -317,9 +316,8 @@ def _counter_hint(fixed_port: Callable[..., Any], hint: str) -> Optional[str]:
         return None
     return (
         f"your step counter reads {many[0]:g} after {CHECK_STEPS} steps on {n} replicas, "
-        f"{one[0]:g} on one device: every replica adds its 1 to the same variable, made outside "
-        "strategy.scope(); create it in the scope (fixed_port gets the strategy), "
-        "aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA"
+        f"{one[0]:g} on one device: every replica adds its 1 to one variable made outside the scope "
+        "(fixed_port gets the strategy)"
     )
 
 

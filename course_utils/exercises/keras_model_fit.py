@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import compare
-from ..checks import exercise, expect, expect_close, passed
+from ..checks import exercise, expect, passed
 from . import unseen
 
 #: The script of exercise ``fit_on_replicas`` trains with plain SGD at this rate.
@@ -185,14 +185,12 @@ def check_fit_on_replicas(fit_on_replicas: Callable[..., Any], strategy: Any = N
         expect(epochs <= 1, f"fit trained {epochs} epochs; the script trains one: keep epochs=1.")
         expect(
             steps != math.ceil(len(labels) / per_replica),
-            f"fit took {steps} steps for {len(labels)} examples: the dataset is batched by the "
-            f"per-replica size ({per_replica}); batch by per_replica_batch * "
-            "strategy.num_replicas_in_sync, fit splits each batch.",
+            f"fit took {steps} steps for {len(labels)} examples: the dataset is batched per replica, "
+            "but fit expects global batches.",
         )
         expect(
             steps == math.ceil(len(labels) / global_batch),
-            f"fit took {steps} steps; one epoch in global batches of {global_batch} takes "
-            f"{math.ceil(len(labels) / global_batch)}: batch by the global batch and train one epoch.",
+            f"fit took {steps} steps for {len(labels)} examples in one epoch: batch by the global batch.",
         )
         dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(global_batch)
         off = _weight_mismatch(model, _fit_one_device(_sgd_model, dataset))
@@ -200,7 +198,8 @@ def check_fit_on_replicas(fit_on_replicas: Callable[..., Any], strategy: Any = N
             off < SAME,
             f"After the epoch the weights are {off:.1%} off one device trained on batches of "
             f"{global_batch}: keep the script's model, SGD({SCRIPT_LEARNING_RATE}) and loss; change "
-            "only the scope and the batch.",
+            "only the scope and the batch (fit shuffles NumPy arrays: keep the script's unshuffled "
+            "dataset, or pass shuffle=False).",
         )
         # On 1 replica a global batch of `per_replica_batch * 2` (2 hard-coded) is twice too big.
         alone = _iterations(
@@ -209,8 +208,8 @@ def check_fit_on_replicas(fit_on_replicas: Callable[..., Any], strategy: Any = N
         want = math.ceil(len(labels) / per_replica)
         expect(
             alone == want,
-            f"On 1 replica fit took {alone} steps for {len(labels)} examples, not {want}: your global batch "
-            "ignores the strategy (a hard-coded `* 2`?); batch by per_replica_batch * strategy.num_replicas_in_sync.",
+            f"On 1 replica fit took {alone} steps for {len(labels)} examples: your global batch "
+            "ignores the strategy (a hard-coded `* 2`?).",
         )
     passed(
         exercise_id,
@@ -258,9 +257,8 @@ def check_even_batches(even_batches: Callable[..., Any], strategy: Any = None) -
             )
             expect(
                 sizes[0] % replicas == 0,
-                f"{call}: the first batch of {sizes[0]} splits {_split(sizes[0], replicas)}; on "
-                f"{replicas} replicas fit raises InvalidArgumentError (AddN). Use a batch that "
-                f"{replicas} divides: {want}.",
+                f"{call}: the first batch of {sizes[0]} splits {_split(sizes[0], replicas)}: on "
+                f"{replicas} replicas fit raises InvalidArgumentError (AddN); pick a size that replicas divides.",
             )
             with strategy.scope():
                 model = _sgd_model(0.1)
@@ -271,13 +269,13 @@ def check_even_batches(even_batches: Callable[..., Any], strategy: Any = None) -
             expect(
                 not uneven,
                 f"{call}: the last batch of {sizes[-1]} splits {_split(sizes[-1], replicas)}, a mean of "
-                f"means: the epoch's update is {off:.0%} off one device's (|d2 - d1| / |d1|). Drop the "
-                "remainder: drop_remainder=True.",
+                f"means: the epoch's update is {off:.0%} off one device's (|d2 - d1| / |d1|); keep it out "
+                "of the epoch.",
             )
             expect(
                 sizes[0] == want,
                 f"{call} gives batches of {sizes[0]}: use the largest batch that is at most {asked} "
-                f"and that {replicas} replicas divide ({want}).",
+                f"and that {replicas} replicas divide.",
             )
             expect(
                 off < SAME,
@@ -360,6 +358,11 @@ def check_fit_resumable(fit_resumable: Callable[..., Any], strategy: Any = None)
                 "After the interruption backup_dir is empty: add keras.callbacks.BackupAndRestore(backup_dir) "
                 "to fit's callbacks (ModelCheckpoint saves files but fit does not resume from them).",
             )
+            expect(
+                "training_metadata.json" in saved,
+                f"After the interruption backup_dir holds {', '.join(saved)} but no training_metadata.json, "
+                "the epoch a BackupAndRestore backup records: ModelCheckpoint's files are never resumed from.",
+            )
             begun: list[int] = []
             recorder = keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: begun.append(epoch))
             model = _call_student(
@@ -430,9 +433,13 @@ def check_scaled_batch_and_lr(scaled_batch_and_lr: Callable[[int, int, float, in
             )
             expect(
                 batch == want_batch,
-                f"{call}: the global batch should be {want_batch} (per-replica batch x replicas), "
-                f"got {batch}.",
+                f"{call}: your global batch is {batch}; it should hold one step's examples on every replica.",
             )
+            expect(
+                np.ndim(rate) == 0 and np.issubdtype(np.asarray(rate).dtype, np.number),
+                f"{call}: the learning rate should be a number, got {rate!r} ({type(rate).__name__}).",
+            )
+            ratio = float(rate) / want_lr
             if want_batch != base_batch and math.isclose(float(rate), base_lr):
                 expect(
                     False,
@@ -443,15 +450,13 @@ def check_scaled_batch_and_lr(scaled_batch_and_lr: Callable[[int, int, float, in
             if base_batch != per_replica and math.isclose(float(rate), base_lr * replicas):
                 expect(
                     False,
-                    f"{call}: you scaled the learning rate by the number of replicas. The linear "
-                    "scaling rule scales it by how much bigger the global batch is than the batch "
-                    f"base_lr was tuned for: base_lr * global_batch / base_batch = {want_lr:g}.",
+                    f"{call}: you scaled base_lr by the replicas, but base_lr was tuned for batches of "
+                    f"{base_batch}, not {per_replica}: your rate is {ratio:.3g}x the one that moves an "
+                    "epoch as far as at base_batch.",
                 )
-            expect_close(
-                rate,
-                want_lr,
-                f"{call}: the learning rate should be base_lr * global_batch / base_batch",
-                rtol=1e-9,
-                atol=0.0,
+            expect(
+                math.isclose(ratio, 1.0, rel_tol=1e-9),
+                f"{call}: your rate is {ratio:.3g}x the one that moves an epoch as far as at base_batch: "
+                "an epoch now takes global_batch / base_batch times fewer steps.",
             )
     passed(exercise_id, "global batch = per replica x replicas; rate scaled by global / base batch.")
