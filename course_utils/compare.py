@@ -355,6 +355,7 @@ HINTS = {
     "penalty": "{on} the penalty's part of the update is {f:.2f}x one device's (mismatch {m:.1e})",
     "local_mean": "{on} the data loss's part of the update is {f:.2f}x: each replica averages over its own examples, not over the global batch",
     "local_normalizer": "{on} the data loss's part of the update is {f:.2f}x (mismatch {m:.1e}): each replica normalizes its loss by something of its own (its sum of sample weights?), not the global batch's",
+    "clipped_copies": "{on} with gradients large enough to clip, the update is {f:.2f}x one device's, parallel: every replica passes the same clipped, all-reduced gradient and apply_gradients adds the {n} copies",
     "not_clipped": "{on} the gradients are not clipped as on one device: with gradients large enough to clip, the update is {f:.1e}x one device's",
     "clipped": "{on} the gradients are clipped where one device does not clip: with gradients large enough to clip, the update is {f:.1e}x one device's",
     "clip_per_replica": "{on} with gradients large enough to clip, the update is {f:.2f}x one device's (mismatch {m:.1e}) while the penalty's and the data loss's parts match: {where}; clip once, after the all-reduce",
@@ -554,10 +555,7 @@ def _probe(check: _Check, n: int, clipping: str) -> str:
     if not 0.1 < big["f"] < 10:
         return HINTS["not_clipped" if big["f"] >= 10 else "clipped"].format(**big)
     if n > 1 and _near(big["f"], n) and mismatch(big_n, big["f"] * big_1) <= PROBE_RTOL:  # N x, parallel
-        return (
-            f"{big['on']} with gradients large enough to clip, the update is {big['f']:.2f}x one device's, parallel: "
-            f"every replica passes the same clipped, all-reduced gradient and apply_gradients adds the {n} copies"
-        )
+        return HINTS["clipped_copies"].format(n=n, **big)
     where = HINTS["optimizer_clips"].format(clipping=clipping) if clipping else HINTS["step_clips"]
     return HINTS["clip_per_replica"].format(where=where, **big)
 

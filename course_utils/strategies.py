@@ -396,17 +396,13 @@ def all_reduce_ops(strategy: Any, fn: Optional[Callable[..., Any]] = None, *args
     tf = _tf()
 
     def replica_fn() -> Any:
-        context = tf.distribute.get_replica_context()
-        return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.ones([2]))
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.ones([2]))
 
     graph = tf.function(lambda *a: strategy.run(fn or replica_fn, args=a)).get_concrete_function(*args).graph
     found = []
     for op in graph.get_operations():
         if op.type.startswith(("Collective", "Nccl")) or op.type == "AddN":
-            hint = (
-                op.node_def.attr["communication_hint"].s.decode()
-                if "communication_hint" in op.node_def.attr
-                else ""
-            )
+            attrs = op.node_def.attr
+            hint = attrs["communication_hint"].s.decode() if "communication_hint" in attrs else ""
             found.append(f"{op.type}{f' ({hint})' if hint else ''} on {_short_device(op.device)}")
     return sorted(found)
