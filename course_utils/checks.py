@@ -43,10 +43,11 @@ def expect_close(
     rtol: float = 1e-5,
     atol: float = 1e-6,
 ) -> None:
-    """Raise with ``hint`` (plus the numbers) unless ``actual`` matches ``expected`` elementwise.
+    """Raise with ``hint`` unless ``actual`` matches ``expected`` elementwise; never with the answer.
 
-    When both are nonzero scalars or arrays of one shape, the hint also gives the ratio
-    ``actual / expected``, which often names the bug (2.00x on two replicas: an average too few).
+    For arrays the hint adds the ratio ``actual / expected``, which often names the bug (2.00x on
+    two replicas: an average too few); for one number it adds only the student's own (a ratio
+    would give the answer away).
     """
     a = np.asarray(_numpy(actual), dtype=np.float64)
     e = np.asarray(_numpy(expected), dtype=np.float64)
@@ -54,11 +55,10 @@ def expect_close(
         raise ExerciseError(f"{hint} (expected shape {e.shape}, got {a.shape})")
     if np.allclose(a, e, rtol=rtol, atol=atol):
         return
-    detail = f"expected {_short(e)}, got {_short(a)}"
+    detail = f"got {_short(a)}"
     denominator = np.linalg.norm(e)
-    if denominator > 0 and np.linalg.norm(a) > 0:
-        ratio = float(np.vdot(a, e) / denominator**2)
-        detail += f"; yours is {ratio:.2f}x the reference"
+    if e.size > 1 and denominator > 0 and np.linalg.norm(a) > 0:
+        detail = f"yours is {float(np.vdot(a, e) / denominator**2):.2f}x the reference"
     raise ExerciseError(f"{hint} ({detail})")
 
 

@@ -77,7 +77,7 @@ def test_data_parallel_gradient_right_answers_written_other_ways(capsys) -> None
     "weights, needles",
     [
         (lambda n: [1] * len(n), ["On shards 12 + 12", "weight 1 each", "N times", "2.00x"]),
-        (lambda n: [1 / len(n)] * len(n), ["On shards 4 + 3 + 3", "every replica alike", "ITS shard size"]),
+        (lambda n: [1 / len(n)] * len(n), ["On shards 4 + 3 + 3", "every replica alike", "a shard of 3 counted as much"]),
         (lambda n: [1 / len(n) ** 2] * len(n), ["number of replicas twice", "0.50x"]),
         (lambda n: [k / sum(n) / len(n) for k in n], ["after weighting", "never averages"]),
         (lambda n: [1 / sum(n)] * len(n), ["divided each local mean by the global batch", "0.08x"]),
@@ -104,14 +104,14 @@ def test_data_parallel_gradient_names_each_mistake(weights, needles) -> None:
     _fails(ex.check_data_parallel_gradient, _combine(weights), "Exercise data_parallel_gradient", *needles)
 
 
-def test_data_parallel_gradient_other_wrong_weights_get_the_rule() -> None:
+def test_data_parallel_gradient_other_wrong_weights_get_the_mistake_not_the_answer() -> None:
     message = _fails(
         ex.check_data_parallel_gradient,
         _combine(lambda n: [k / sum(n) for k in reversed(n)]),  # each replica given another's share
         "On shards 4 + 3 + 3",
-        "weight each replica's mean by its shard size / the global batch",
+        "a local mean divides by its own shard, one device by the whole batch",
     )
-    assert "alike" not in message
+    assert "alike" not in message and "expected" not in message and "shard size /" not in message
 
 
 def test_data_parallel_gradient_wrong_return_type() -> None:
@@ -347,3 +347,11 @@ def test_replica_step_wrong_returns() -> None:
         return tf.reduce_sum(x)
 
     _fails(ex.check_replica_step, loss_only, "this replica's gradients [kernel, bias]")
+
+
+def test_epoch_traffic_an_unnamed_mistake_gets_no_answer() -> None:
+    def three_times(m, examples, batch, n, b=4):  # no mistake the check knows by name
+        return 1.5 * -(-examples // (batch * n)) * 2 * (n - 1) / n * m * b
+
+    message = _fails(ex.check_epoch_traffic, three_times, "count the steps of an epoch")
+    assert "expected" not in message and "x the reference" not in message

@@ -19,6 +19,9 @@ def test_expect_close_names_the_factor() -> None:
         checks.expect_close(np.array([2.0, 4.0]), np.array([1.0, 2.0]), "Gradients differ")
     with pytest.raises(ExerciseError, match="expected shape"):
         checks.expect_close([1.0], [1.0, 2.0], "shape")
+    with pytest.raises(ExerciseError) as info:  # one number: the student's own, never the answer
+        checks.expect_close(96_000.0, 64_000.0, "Traffic")
+    assert str(info.value).endswith("(got 96000)") and "64" not in str(info.value)
 
 
 def test_exercise_turns_every_failure_into_a_hint() -> None:

@@ -45,7 +45,7 @@ COMBINE_MISTAKES: dict[str, Callable[[list, list], Any]] = {
 }
 COMBINE_HINTS = {
     "added": "you added the local means, weight 1 each: each divides by its own shard, so N times too big",
-    "alike": "you weighted every replica alike (a mean of means): weight each by ITS shard size / B",
+    "alike": "you weighted every replica alike (a mean of means): a shard of 3 counted as much as one of 4",
     "twice": "you divided by the number of replicas twice: size / global batch weights already sum to one",
     "averaged": "you divided by N after weighting by size / B: an all-reduce sums, it never averages",
     "over B": "you divided each local mean by the global batch: multiply it by its shard size first",
@@ -112,8 +112,8 @@ def check_data_parallel_gradient(data_parallel_gradient: Callable[[list, list], 
             expect_close(
                 answer,
                 single,
-                f"{where}: this is not one device's gradient of the whole batch; weight each replica's "
-                "mean by its shard size / the global batch (the sum of the shard sizes), then add them",
+                f"{where}: this is not one device's gradient of the whole batch: a local mean divides by "
+                "its own shard, one device by the whole batch",
                 rtol=1e-6,
                 atol=1e-9,
             )
@@ -374,8 +374,7 @@ def check_epoch_traffic(epoch_traffic: Callable[..., float]) -> None:
             expect_close(
                 got,
                 want,
-                f"{case}: each device sends 2 (N-1)/N x the gradient's bytes per step "
-                f"({_ring_bytes(params, n, width):,.0f} here, whatever the batch size), times {steps} steps",
+                f"{case}: count the steps of an epoch and what one ring all-reduce sends",
                 rtol=1e-9,
                 atol=1e-6,
             )
