@@ -230,7 +230,7 @@ def test_restart_step(tmp_path, capsys) -> None:
     "prediction, hint",
     [
         (8, "step 7 was trained but never saved"),
-        (5, "end-of-epoch saves only"),
+        (5, "does a restart compute the saved step again, or the one after it?"),  # two mistakes give 5
         (1, "You predicted 1: list the steps <= 7 after which train.py saves (SAVE_EVERY and the epoch end)"),
         (4, "You predicted 4: list the steps <= 7 after which train.py saves"),
         (7, "You predicted 7: list the steps <= 7 after which train.py saves"),

@@ -284,6 +284,11 @@ def check_restart_step(prediction: Any, program: Any, killed_after: int) -> None
             f"You predicted {prediction}: step {killed_after} was trained but never saved, and a restart "
             "begins after the last checkpoint.",
         )
+        expect(  # the saved step itself, when it equals the last epoch end + 1: either mistake, one hint
+            not (saved and prediction == saved[-1] and ends and prediction == ends[-1] + 1),
+            f"You predicted {prediction}: list every save up to step {killed_after} (SAVE_EVERY and the "
+            "epoch end); does a restart compute the saved step again, or the one after it?",
+        )
         expect(
             not (ends and prediction == ends[-1] + 1 and actual != prediction),
             f"You predicted {prediction}: you counted the end-of-epoch saves only; the program also saves "
