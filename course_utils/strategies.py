@@ -148,8 +148,8 @@ def connect_tpu(tpu: str = "local") -> Any:
         raise NoTPUError(
             f"No TPU found. Tried TPUClusterResolver(tpu={tpu!r}): "
             f"{str(error).removeprefix('no TPU: ')}. "
-            "On Colab choose Runtime > Change runtime type > TPU (and install TensorFlow there, "
-            "see the README); elsewhere use COURSE_STRATEGY=auto to fall back to GPUs or the CPU."
+            "A Colab TPU runtime has no TensorFlow: notebook 06 installs tensorflow-tpu 2.20 (untested), "
+            "notebook 11 runs Keras on JAX; elsewhere COURSE_STRATEGY=auto falls back to GPUs or the CPU."
         ) from None
     return tpu_strategy(resolver)
 

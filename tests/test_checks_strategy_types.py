@@ -159,6 +159,51 @@ def test_choose_strategy_names_the_mistake_not_the_answer(wrong, answer, hint):
     assert hides(answer, str(info.value))
 
 
+def synchronous_first(machines, devices_per_machine, device_type="GPU", synchronous=True):
+    """Asks about asynchronous training before the device type: right on every cluster the statement
+    describes (it never names an asynchronous TPU cluster)."""
+    if not synchronous:
+        return "ParameterServerStrategy"
+    return choose_strategy(machines, devices_per_machine, device_type, synchronous)
+
+
+def test_choose_strategy_unseen_clusters_keep_to_the_statement(monkeypatch, capsys):
+    """Grading adds a cluster drawn at random: never an asynchronous TPU one, so an answer that tests
+    synchronous first passes every draw, and the cluster's words name its devices and its training."""
+    import random
+
+    import course_utils.exercises as exercises
+
+    for seed in range(200):
+        monkeypatch.setattr(exercises, "UNSEEN", random.Random(seed))
+        ex.check_choose_strategy(synchronous_first)
+    assert capsys.readouterr().out.count("all 12 clusters get the right strategy") == 200
+
+
+def memorised(machines, devices_per_machine, device_type="GPU", synchronous=True):
+    """The notebook's clusters looked up; any other cluster gets a strategy for the wrong device."""
+    for m, d, kind, sync, want, _ in ex.SCENARIOS:
+        if (m, d, kind, sync) == (machines, devices_per_machine, device_type, synchronous):
+            return want
+    return "MirroredStrategy" if device_type == "TPU" else "TPUStrategy"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_choose_strategy_unseen_cluster_in_words(monkeypatch, seed):
+    """A memorised answer fails the drawn cluster, and the hint names its devices and its training."""
+    import random
+
+    import course_utils.exercises as exercises
+
+    ex.check_choose_strategy(memorised)
+    monkeypatch.setattr(exercises, "UNSEEN", random.Random(seed))
+    with pytest.raises(
+        ExerciseError,
+        match=r"For \d+ machine\(s\) with \d (TPU core|GPU)\(s\) each, (a)?synchronous you chose",
+    ):
+        ex.check_choose_strategy(memorised)
+
+
 def test_choose_strategy_that_returns_a_class_instead_of_its_name():
     def wrong(machines, devices_per_machine, device_type="GPU", synchronous=True):
         return tf.distribute.MirroredStrategy
@@ -240,6 +285,53 @@ def test_run_and_combine_passes_the_reference(capsys, two_replicas):
 def test_run_and_combine_concatenating_local_results_passes_too(capsys, two_replicas):
     ex.check_run_and_combine(make_run_and_combine(predicted="concat"))
     assert "[pass] run_and_combine" in capsys.readouterr().out
+
+
+def one_device_answer(strategy, step_fn, x, y):
+    """The strategy ignored: step_fn on the whole batch, as on one device (right numbers, no replicas)."""
+    out = step_fn(tf.constant(x), tf.constant(y))
+    return {"loss": float(out["loss"]), "predicted": out["predicted"].numpy(), "correct": int(out["correct"])}
+
+
+def whole_batch_then(combine):
+    """strategy.run on the undistributed batch: every replica scores all of it; ``combine`` picks
+    replica 0's outputs or reduces them with MEAN (both one device's numbers)."""
+
+    def run_and_combine(strategy, step_fn, x, y):
+        out = strategy.run(step_fn, args=(tf.constant(x), tf.constant(y)))
+        if combine == "first":
+            return {k: strategy.experimental_local_results(v)[0].numpy() for k, v in out.items()}
+        return {
+            "loss": float(strategy.reduce(MEAN, out["loss"], axis=None)),
+            "predicted": strategy.experimental_local_results(out["predicted"])[0].numpy(),
+            "correct": int(strategy.reduce(MEAN, out["correct"], axis=None)),
+        }
+
+    return run_and_combine
+
+
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        (
+            one_device_answer,
+            "On 2 replicas your code never called strategy.run: run step_fn on every replica",
+        ),
+        (
+            whole_batch_then("first"),
+            "On 2 replicas each replica received all 7 examples: distribute the batch",
+        ),
+        (
+            whole_batch_then("mean"),
+            "On 2 replicas each replica received all 7 examples: distribute the batch",
+        ),
+    ],
+    ids=["no_strategy_run", "whole_batch_first_result", "whole_batch_mean"],
+)
+def test_run_and_combine_right_numbers_without_distributing(two_replicas, answer, hint):
+    """One device's numbers, but the replicas never shared the batch: the check reads what each received."""
+    with pytest.raises(ExerciseError, match=hint):
+        ex.check_run_and_combine(answer)
 
 
 def test_run_and_combine_not_done_yet():
@@ -451,12 +543,12 @@ MISTAKES = [
     ("run_and_combine", dict(correct_op=MEAN), "a count adds up across replicas"),
     ("run_and_combine", dict(predicted="first"), "4 predictions for 7 examples.*strategy.gather"),
     ("run_and_combine", dict(predicted="sum"), "vectors of 4 and 3 entries.*strategy.gather"),
-    ("run_and_combine", dict(distribute=False), "every replica received the whole batch"),
+    ("run_and_combine", dict(distribute=False), "each replica received all 7 examples: distribute the batch"),
     ("run_and_combine", dict(loss_op="first"), "is one replica's share of the batch's loss"),
     (
         "run_and_combine",
         dict(per_replica_batch=True),
-        "you scored 3 of 7 examples: batch the dataset by the GLOBAL",
+        r"received \[2, 1\] examples: batch the dataset by the GLOBAL batch",
     ),
     (
         "run_and_combine",

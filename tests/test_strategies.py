@@ -145,7 +145,7 @@ def test_tpu_without_tpu_says_what_was_tried() -> None:
     with pytest.raises(NoTPUError) as info:
         course_utils.get_strategy("tpu", verbose=False)
     assert "TPUClusterResolver(tpu='local')" in str(info.value)
-    assert "Runtime > Change runtime type > TPU" in str(info.value)
+    assert "A Colab TPU runtime has no TensorFlow: notebook 06 installs" in str(info.value)
 
 
 def test_use_virtual_cpus_same_count_is_a_no_op() -> None:
