@@ -255,6 +255,24 @@ def test_fit_resumable_restarting_from_scratch():
     assert "started over instead of resuming at epoch 2" in _hint(ex.check_fit_resumable, restarting)
 
 
+def test_fit_resumable_that_needs_callbacks_to_be_a_list():
+    """`callbacks + [backup]` passes lists, then breaks the notebook's call with the default ()."""
+    import keras
+
+    def fit_resumable(strategy, make_model, dataset, epochs, backup_dir, callbacks=()):
+        with strategy.scope():
+            model = make_model()
+        model.fit(
+            dataset,
+            epochs=epochs,
+            verbose=0,
+            callbacks=callbacks + [keras.callbacks.BackupAndRestore(backup_dir)],
+        )
+        return model
+
+    assert "fails when `callbacks` is a tuple" in _hint(ex.check_fit_resumable, fit_resumable)
+
+
 def test_fit_resumable_model_checkpoint_in_backup_dir():
     """ModelCheckpoint writing into backup_dir: files there, but nothing fit resumes from."""
 
@@ -305,8 +323,8 @@ def test_scaled_batch_and_lr_passes(capsys):
         (lambda p, r, lr, b: (p * r / 1, lr * p * r / b), "should be an int"),
         # the rate kept as tuned on one device: the notebook's 2-replica run then learns less per epoch
         (lambda p, r, lr, b: (p * r, lr), "you kept base_lr"),
-        (lambda p, r, lr, b: (p * r, lr * p * r / b * 1.5), "your rate is 1.5x the one that moves an epoch"),
-        (lambda p, r, lr, b: (p * r, lr * p * r / b / 1.4), "0.714x the one that moves an epoch"),
+        (lambda p, r, lr, b: (p * r, lr * p * r / b * 1.5), "your rate is larger than the one that moves an epoch"),
+        (lambda p, r, lr, b: (p * r, lr * p * r / b / 1.4), "your rate is smaller than the one that moves an epoch"),
         (lambda p, r, lr, b: [p * r, lr * p * r / b], "should return a tuple"),
         (lambda p, r, lr, b: (p * r, f"{lr * p * r / b}"), "the learning rate should be a number"),
     ],
@@ -315,6 +333,7 @@ def test_scaled_batch_and_lr_mistakes(answer, hint):
     message = _hint(ex.check_scaled_batch_and_lr, answer)
     assert message.startswith("Exercise scaled_batch_and_lr:")
     assert hint in message
+    assert "x the one" not in message  # no ratio: dividing by it would give the answer
     # never the answer: the formula, or the right batch (64) and rate (0.1 or 0.05) of the failing case
     call, _, said = message.partition("): ")
     assert "base_lr * global_batch" not in said and "expected" not in said
