@@ -315,6 +315,15 @@ def test_scaled_batch_and_lr_passes(capsys):
     assert "[pass] scaled_batch_and_lr" in capsys.readouterr().out
 
 
+def test_even_batches_rounded_down_to_even_fails_on_other_replica_counts():
+    """Right on 2 replicas only: the check also asks for sizes on 4 and 3 replicas."""
+    for wrong in (
+        lambda d, g, r: d.batch(g - g % 2, drop_remainder=True),
+        lambda d, g, r: d.batch(g if g % r == 0 else g - 1, drop_remainder=True),
+    ):
+        assert "every batch must be a size that" in _hint(ex.check_even_batches, wrong)
+
+
 @pytest.mark.parametrize(
     "answer, hint",
     [

@@ -282,6 +282,15 @@ def check_even_batches(even_batches: Callable[..., Any], strategy: Any = None) -
                 f"{call}: on {replicas} replicas the epoch's update is {off:.1%} off one device's "
                 "(|d2 - d1| / |d1|).",
             )
+        for examples, asked, other in ((10, 6, 4), (9, 7, 3)):  # sizes only: other replica counts
+            call = f"even_batches(<{examples} examples>, {asked}, {other})"
+            dataset = tf.data.Dataset.from_tensor_slices(np.arange(examples, dtype=np.float32))
+            sizes = [int(batch.shape[0]) for batch in even_batches(dataset, asked, other)]
+            expect(
+                sizes == [asked - asked % other] * (examples // (asked - asked % other)),
+                f"{call} gives batches of {sizes}: with {other} replicas every batch must be a size that "
+                f"{other} divides, as large as {asked} allows, and no short one.",
+            )
     passed(
         exercise_id,
         f"7 examples asked in 4s: 1 step of 4; 3 asked in 3s: 1 step of 2; {replicas} replicas give "
@@ -451,9 +460,8 @@ def check_scaled_batch_and_lr(scaled_batch_and_lr: Callable[[int, int, float, in
             if want_batch != base_batch and math.isclose(float(rate), base_lr):
                 expect(
                     False,
-                    f"{call}: you kept base_lr. The global batch is {want_batch / base_batch:g}x the "
-                    f"batch base_lr was tuned for, so an epoch takes {want_batch / base_batch:g}x fewer "
-                    "steps, each as long as before: the model moves less per epoch.",
+                    f"{call}: you kept base_lr, but at this global batch an epoch takes fewer steps, each "
+                    "as long as before: the model moves less per epoch.",
                 )
             if base_batch != per_replica and math.isclose(float(rate), base_lr * replicas):
                 expect(
