@@ -77,7 +77,10 @@ def test_data_parallel_gradient_right_answers_written_other_ways(capsys) -> None
     "weights, needles",
     [
         (lambda n: [1] * len(n), ["On shards 12 + 12", "weight 1 each", "N times", "2.00x"]),
-        (lambda n: [1 / len(n)] * len(n), ["On shards 4 + 3 + 3", "every replica alike", "a shard of 3 counted as much"]),
+        (
+            lambda n: [1 / len(n)] * len(n),
+            ["On shards 4 + 3 + 3", "every replica alike", "a shard of 3 counted as much"],
+        ),
         (lambda n: [1 / len(n) ** 2] * len(n), ["number of replicas twice", "0.50x"]),
         (lambda n: [k / sum(n) / len(n) for k in n], ["after weighting", "never averages"]),
         (lambda n: [1 / sum(n)] * len(n), ["divided each local mean by the global batch", "0.08x"]),

@@ -332,8 +332,14 @@ def test_even_batches_rounded_down_to_even_fails_on_other_replica_counts():
         (lambda p, r, lr, b: (p * r / 1, lr * p * r / b), "should be an int"),
         # the rate kept as tuned on one device: the notebook's 2-replica run then learns less per epoch
         (lambda p, r, lr, b: (p * r, lr), "you kept base_lr"),
-        (lambda p, r, lr, b: (p * r, lr * p * r / b * 1.5), "your rate is larger than the one that moves an epoch"),
-        (lambda p, r, lr, b: (p * r, lr * p * r / b / 1.4), "your rate is smaller than the one that moves an epoch"),
+        (
+            lambda p, r, lr, b: (p * r, lr * p * r / b * 1.5),
+            "your rate is larger than the one that moves an epoch",
+        ),
+        (
+            lambda p, r, lr, b: (p * r, lr * p * r / b / 1.4),
+            "your rate is smaller than the one that moves an epoch",
+        ),
         (lambda p, r, lr, b: [p * r, lr * p * r / b], "should return a tuple"),
         (lambda p, r, lr, b: (p * r, f"{lr * p * r / b}"), "the learning rate should be a number"),
     ],
