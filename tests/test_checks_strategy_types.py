@@ -287,6 +287,28 @@ def test_run_and_combine_concatenating_local_results_passes_too(capsys, two_repl
     assert "[pass] run_and_combine" in capsys.readouterr().out
 
 
+def test_run_and_combine_any_split_that_gives_each_example_once_passes(capsys, two_replicas):
+    """3 and 4 examples, split by hand with experimental_distribute_values_from_function: right too."""
+
+    def by_hand(strategy, step_fn, x, y):
+        half = len(x) // 2
+
+        def part(ctx):  # on 2 replicas the first 3 examples, then 4; on one device all 7
+            bounds = [0, half, len(x)] if ctx.num_replicas_in_sync == 2 else [0, len(x)]
+            start, stop = bounds[ctx.replica_id_in_sync_group], bounds[ctx.replica_id_in_sync_group + 1]
+            return tf.constant(x[start:stop]), tf.constant(y[start:stop])
+
+        out = strategy.run(step_fn, args=strategy.experimental_distribute_values_from_function(part))
+        return {
+            "loss": float(strategy.reduce(SUM, out["loss"], axis=None)),
+            "predicted": strategy.gather(out["predicted"], axis=0).numpy(),
+            "correct": int(strategy.reduce(SUM, out["correct"], axis=None)),
+        }
+
+    ex.check_run_and_combine(by_hand)
+    assert "[pass] run_and_combine" in capsys.readouterr().out
+
+
 def one_device_answer(strategy, step_fn, x, y):
     """The strategy ignored: step_fn on the whole batch, as on one device (right numbers, no replicas)."""
     out = step_fn(tf.constant(x), tf.constant(y))
@@ -539,16 +561,16 @@ def test_fix_train_step_slices_of_a_constant_size(two_replicas):
 
 # Each wrong answer of run_and_combine and fix_train_step, and the hint it must get.
 MISTAKES = [
-    ("run_and_combine", dict(loss_op=MEAN), "SUM the shares; MEAN divides them"),
+    ("run_and_combine", dict(loss_op=MEAN), "MEAN divides them by the replicas once more"),
     ("run_and_combine", dict(correct_op=MEAN), "a count adds up across replicas"),
     ("run_and_combine", dict(predicted="first"), "4 predictions for 7 examples.*strategy.gather"),
-    ("run_and_combine", dict(predicted="sum"), "vectors of 4 and 3 entries.*strategy.gather"),
+    ("run_and_combine", dict(predicted="sum"), "vectors of different lengths: reduce adds"),
     ("run_and_combine", dict(distribute=False), "each replica received all 7 examples: distribute the batch"),
     ("run_and_combine", dict(loss_op="first"), "is one replica's share of the batch's loss"),
     (
         "run_and_combine",
         dict(per_replica_batch=True),
-        r"received \[2, 1\] examples: batch the dataset by the GLOBAL batch",
+        r"received \[2, 1\] examples, not the 7 once each",
     ),
     (
         "run_and_combine",

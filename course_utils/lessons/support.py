@@ -127,13 +127,13 @@ def run_parameter_server(probes: str, workers: int = 2, timeout: float = 240.0) 
     return {"custom_loop": crashed, "fit": crashed}
 
 
-def start_cluster_runs(probes: str, timeout: float = 240.0) -> dict[str, Future]:
-    """Start :func:`run_multi_worker` and :func:`run_parameter_server` in the background.
-
-    ``probes`` is the source of the probe cells (:func:`cell_source`). Returns
+def start_cluster_runs(*functions: Callable[..., Any], timeout: float = 240.0) -> dict[str, Future]:
+    """Start :func:`run_multi_worker` and :func:`run_parameter_server` in the background, on the
+    cells that define ``functions`` (:func:`cell_source`). Returns
     ``{"multi_worker": future, "parameter_server": future}``; call ``.result()`` on each when you
     need it, so the three processes start up while the notebook works.
     """
+    probes = cell_source(*functions)
     pool = ThreadPoolExecutor(max_workers=2)
     futures = {
         "multi_worker": pool.submit(run_multi_worker, probes, 2, timeout),
