@@ -213,7 +213,9 @@ def check_run_and_combine(run_and_combine: Callable[[Any, Any, Any, Any], Any]) 
                     set(received) != {n},
                     f"On {replicas} replicas each replica received all {n} examples: distribute the batch first.",
                 )
-                got_rows = np.concatenate([rows for _, rows in seen]) if seen else np.zeros((0,) + x.shape[1:])
+                got_rows = (
+                    np.concatenate([rows for _, rows in seen]) if seen else np.zeros((0,) + x.shape[1:])
+                )
                 expect(  # any split is right if every example reaches one replica once
                     len(got_rows) == n and sorted(map(tuple, got_rows)) == sorted(map(tuple, x)),
                     f"{where.capitalize()} the replicas' steps received {received} examples, not the {n} once "
