@@ -204,6 +204,9 @@ def test_the_core_is_small() -> None:
     # (run_side_by_side), 06's TPU installer and its attempt() harness, 02's comparison with the pins,
     # 11's runtimes picture and error parsing (+~160), and new exercises (00's global_batch, 11's
     # jax_port_factor, +~70); less 05's average_loss (a repeat of 04's, -72) and the benchmark's thread
-    # settings, moved to course_tools.bench.threads (-32).
+    # settings, moved to course_tools.bench.threads (-32);
+    # and by 150 more (12,676 -> 12,824) for the harnesses: the part of a check that runs the student's
+    # function on a strategy or a model runs in the grading kernel and returns numbers, the rest in the
+    # judge (exercises.harness/in_kernel, diagnostics.step_update/factor_of, 05's and 09's checks split).
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 12700, f"course_utils is {whole} lines"
+    assert whole <= 12850, f"course_utils is {whole} lines"

@@ -358,7 +358,11 @@ def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident
     from course_utils.runtime import import_tensorflow
 
     namespace: dict[str, Any] = {"np": np, "tf": import_tensorflow()}  # what the notebooks imported
-    exec(compile(source, f"<{ident}>", "exec"), namespace)  # the course's own answer, not a student's
+    import linecache
+
+    filename = f"<master {ident}>"  # as IPython does, so that AutoGraph can read the answer's source
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)  # the course's own answer, not a student's
     functions = {name: namespace[name] for name in entry.functions}
     literals = {name: source for name in entry.literals}
     status, message = judged(ident, functions, literals, seed=seed)
@@ -383,3 +387,82 @@ def test_a_strategy_and_a_dataset_cross_as_recipes_and_the_kernel_reports_its_ru
     assert status == "failed" and "never gave the dataset" in message, message
     status, message = judged("global_mean", {"global_mean": mean_of_means}, seed=3)
     assert status == "failed" and "MEAN of the replicas' means" in message, message
+
+
+# --------------------------------------------------------------------------- harnesses
+
+
+def _wrong_answers(tf: Any) -> list[tuple[str, str, Callable[..., Any], str]]:
+    """(exercise, function name, a wrong answer real code contains, what its hint must say)."""
+
+    def own_moments(x):  # BatchNormalization without synchronized=True
+        return tf.nn.moments(x, axes=[0])
+
+    def same_mask(x, rate, step):  # keras.layers.Dropout on each replica
+        keep = tf.random.stateless_uniform(tf.shape(x), seed=[1, step]) >= rate
+        return tf.where(keep, x / (1 - rate), tf.zeros_like(x))
+
+    def local_clip(grads, clip_norm):  # the optimizer's global_clipnorm, on each replica
+        return tf.clip_by_global_norm(grads, clip_norm)[0]
+
+    return [
+        ("global_moments", "global_moments", own_moments, "its own examples"),
+        ("replica_dropout", "replica_dropout", same_mask, "both replicas drew the same mask"),
+        ("clip_after_sum", "clip_summed_gradients", local_clip, "Each replica clipped its own gradient"),
+    ]
+
+
+def test_a_harness_runs_the_students_code_in_the_kernel_and_its_mistake_is_named() -> None:
+    """A check with a harness (the student's function on a strategy) sends the whole harness to the
+    kernel; the judge sees only the numbers, and a wrong answer gets the notebook's hint."""
+    from course_utils.runtime import import_tensorflow
+
+    tf = import_tensorflow()
+    for ident, name, wrong, said in _wrong_answers(tf):
+        calls: list[str] = []
+
+        def counted(*args: Any, wrong: Callable[..., Any] = wrong) -> Any:
+            calls.append("called")
+            return wrong(*args)
+
+        status, message = judged(ident, {name: counted}, seed=5)
+        assert status == "failed" and said in message, (ident, message)
+        assert calls, ident  # the student's function ran (in the kernel's thread), not the judge's copy
+
+
+def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
+    """A kernel that answers a harness with made-up data (no replicas' results, or zeros) fails: the
+    judge checks what comes back against its own references, whatever the kernel ran."""
+    for ident, forged in [("global_moments", []), ("replica_dropout", [[], [], []]),
+                          ("clip_after_sum", {"update": [0.0], "loss": 0.0, "replicas": 2})]:  # fmt: skip
+        ours, theirs = socket.socketpair()
+
+        def kernel(sock: socket.socket = theirs, ident: str = ident, forged: Any = forged) -> None:
+            try:
+                with sock, sock.makefile("rb") as stream:
+                    answers.write_message(sock, {"serve": ident})
+                    while "verdict" not in answers.read_message(stream):
+                        answers.write_message(sock, {"value": answers.encode(forged), "reports": []})
+            except (EOFError, OSError):
+                pass
+
+        thread = threading.Thread(target=kernel, daemon=True)
+        thread.start()
+        with ours, ours.makefile("rb") as stream:
+            assert answers.read_message(stream) == {"serve": ident}
+            status, message = judge.judge_one(ident, {}, ours, stream)
+            answers.write_message(ours, {"verdict": status, "message": message})
+        thread.join(timeout=10)
+        assert status == "failed", (ident, status, message)
+
+
+def test_only_a_registered_harness_runs_in_the_kernel() -> None:
+    """The kernel runs a harness the judge names only if the course registered it; anything else
+    (a module's other function, a name that is not one) is refused, never looked up."""
+    with pytest.raises(ValueError, match="no harness"):
+        answers._harness("loss_scaling_pitfalls.two_replicas", print)
+    with pytest.raises(ValueError, match="no harness"):
+        answers._harness("os.system", print)
+    with pytest.raises(ValueError, match="no harness"):
+        answers._harness("../../x.y", print)
+    assert callable(answers._harness("loss_scaling_pitfalls.moments_on_replicas", print))

@@ -114,6 +114,14 @@ JUDGED: dict[str, Judged] = {
     # distributed code: the check hands it a strategy and a dataset, which cross as recipes
     "global_mean": Judged("setup_and_hardware", "check_global_mean", ("fn:global_mean",)),
     "global_batch": Judged("setup_and_hardware", "check_global_batch", ("fn:global_batch",)),
+    "global_batches": Judged("tpu_and_hardware_detection", "check_global_batches", ("returns:global_batches",)),
+    # the check's harness runs the student's function in the kernel (on a strategy, a model) and
+    # sends back what it did as numbers; the check's references are computed here
+    "global_moments": Judged("loss_scaling_pitfalls", "check_global_moments", ("fn:global_moments",)),
+    "replica_dropout": Judged("loss_scaling_pitfalls", "check_replica_dropout", ("fn:replica_dropout",)),
+    "clip_after_sum": Judged("loss_scaling_pitfalls", "check_clip_after_sum", ("fn:clip_summed_gradients",)),
+    "logged_steps": Judged("performance", "check_logged_steps", ("fn:make_logged_steps",)),
+    "dataset_fn": Judged("performance", "check_dataset_fn", ("fn:make_dataset_fn",)),
 }
 # fmt: on
 
@@ -148,6 +156,10 @@ def rebuilt(raised: Any) -> Exception:
     there is one (``ValueError``, ``NotImplementedError``...), else one that carries its name."""
     name = str(raised.get("type", "Exception")) if isinstance(raised, dict) else "Exception"
     message = str(raised.get("message", "")) if isinstance(raised, dict) else ""
+    if name == "ExerciseError":  # a harness's own hint (or the student's: either way, not a pass)
+        from course_utils.errors import ExerciseError
+
+        return ExerciseError(message)
     kind = getattr(builtins, name, None)
     if isinstance(kind, type) and issubclass(kind, Exception) and kind.__init__ is not None:
         try:
@@ -167,9 +179,18 @@ class Remote:
         self.__name__ = name
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._send({}, args, kwargs)
+
+    def grading_via(self, harness: str, args: tuple, kwargs: dict) -> Any:
+        """``harness(student's function, *args, **kwargs)`` run in the kernel
+        (:func:`course_utils.exercises.in_kernel`): what it returns, plain data."""
+        return self._send({"via": harness}, args, kwargs)
+
+    def _send(self, extra: dict, args: tuple, kwargs: dict) -> Any:
         recipes: list = []  # a strategy, a dataset: the kernel builds its own from each recipe
         message = {
             "call": self.name,
+            **extra,
             "args": encode(list(args), 0, recipes),
             "kwargs": encode(kwargs, 0, recipes),
         }

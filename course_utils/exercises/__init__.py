@@ -6,7 +6,7 @@ or raises :class:`course_utils.ExerciseError` with a hint.
 """
 
 import random
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 
@@ -18,6 +18,34 @@ UNSEEN: Optional[random.Random] = None
 def unseen() -> Optional[random.Random]:
     """:data:`UNSEEN` as it is now: ``None`` in a notebook, the judge's random source when grading."""
     return UNSEEN
+
+
+#: The harnesses a grading kernel runs for the judge, by ``"module.name"`` (:func:`harness`).
+HARNESSES: dict[str, Callable[..., Any]] = {}
+
+_Harness = TypeVar("_Harness", bound=Callable[..., Any])
+
+
+def harness(function: _Harness) -> _Harness:
+    """Mark ``function(student_function, *args)`` as a harness: the part of a check that runs the
+    student's code (on a strategy, on a model) and returns what it did as plain data (numbers,
+    arrays, lists), never a verdict. :func:`in_kernel` calls it."""
+    HARNESSES[f"{function.__module__.rsplit('.', 1)[-1]}.{function.__name__}"] = function
+    return function
+
+
+def in_kernel(run: Callable[..., Any], student_function: Any, *args: Any, **kwargs: Any) -> Any:
+    """``run(student_function, *args, **kwargs)``, a :func:`harness`: here, in a notebook. When a
+    grader judges the check outside the student's kernel, ``student_function`` is the judge's
+    stand-in: the whole harness then runs in the student's kernel (strategies and datasets cross as
+    recipes), and only what it returns, plain data, comes back to be judged here."""
+    via = getattr(type(student_function), "grading_via", None)
+    if callable(via):
+        name = f"{run.__module__.rsplit('.', 1)[-1]}.{run.__name__}"
+        if HARNESSES.get(name) is not run:
+            raise TypeError(f"{name} is not a harness")
+        return via(student_function, name, args, kwargs)
+    return run(student_function, *args, **kwargs)
 
 
 class Watched:

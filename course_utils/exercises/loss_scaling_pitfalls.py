@@ -18,7 +18,8 @@ import numpy as np
 
 from ..checks import exercise, expect, passed
 from ..compare import checking_strategy, distribute
-from ..lessons.diagnostics import UpdateFactor, update_factor
+from ..lessons.diagnostics import UpdateFactor, factor_of, step_update, update_factor
+from . import Watched, harness, in_kernel
 
 REPLICAS = 2
 FEATURES = 4
@@ -158,17 +159,39 @@ def check_predict_clip_factor(prediction: Any) -> None:
         )
 
 
+@harness
+def clip_update(
+    clip_summed_gradients: Callable[[Any, float], Any], strategy: Any, clip: float, weights: list
+) -> dict[str, Any]:
+    """One step under ``strategy`` from ``weights`` on :func:`_data`'s global batch, the replicas'
+    gradients put through ``clip_summed_gradients(grads, clip)``: :func:`step_update`'s plain data."""
+    import tensorflow as tf
+
+    loss_fn = _loss_fn()
+
+    def step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            per_example_loss = loss_fn(y, model(x, training=True))
+            loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)
+        grads = clip_summed_gradients(tape.gradient(loss, model.trainable_variables), clip)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return step_update(strategy, step, _classifier(), weights, _data(GLOBAL_BATCH))
+
+
 def check_clip_after_sum(clip_summed_gradients: Callable[[Any, float], Any]) -> None:
     """``clip_summed_gradients(grads, clip_norm)`` makes 2 replicas clip like one device, with the
     clip firing (``CLIP``) and not (``NO_CLIP``: there a MEAN where the SUM belongs shows)."""
     import keras
     import tensorflow as tf
 
-    loss_fn = _loss_fn()
     mean_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    build, batch = _classifier(), _data(GLOBAL_BATCH)
+    weights = [np.asarray(w) for w in build().get_weights()]
 
-    def steps(clip: float) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        def reference(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
+    def reference(clip: float) -> Callable[..., Any]:
+        def step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
             with tf.GradientTape() as tape:
                 loss = mean_loss(y, model(x, training=True))
             grads = tape.gradient(loss, model.trainable_variables)
@@ -176,15 +199,7 @@ def check_clip_after_sum(clip_summed_gradients: Callable[[Any, float], Any]) -> 
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             return loss
 
-        def step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
-            with tf.GradientTape() as tape:
-                per_example_loss = loss_fn(y, model(x, training=True))
-                loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)
-            grads = clip_summed_gradients(tape.gradient(loss, model.trainable_variables), clip)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
-
-        return step, reference
+        return step
 
     regimes = [(CLIP, "the clip firing"), (NO_CLIP, "a clip norm no gradient reaches")]
     # One device first: a mistake that is wrong there too (clipping each tensor apart) is named as
@@ -192,9 +207,9 @@ def check_clip_after_sum(clip_summed_gradients: Callable[[Any, float], Any]) -> 
     places = [("1 device", tf.distribute.get_strategy()), ("2 replicas", two_replicas())]
     with exercise("clip_after_sum"):
         for (clip, regime), (where, strategy) in ((r, p) for r in regimes for p in places):
-            step, reference = steps(clip)
-            result = update_factor(
-                step, _classifier(), _data(GLOBAL_BATCH), strategy=strategy, reference_step=reference
+            single = step_update(checking_strategy(1), reference(clip), build, weights, batch)
+            result = factor_of(
+                in_kernel(clip_update, clip_summed_gradients, Watched(strategy), clip, weights), single
             )
             if result.ok:
                 continue
@@ -296,6 +311,13 @@ def _on_replicas(strategy: Any, fn: Callable[..., Any], arrays: list[np.ndarray]
     return [tuple(np.asarray(p[i]) for p in parts) for i in range(len(parts[0]) if parts else 0)]
 
 
+@harness
+def moments_on_replicas(global_moments: Callable[[Any], Any], strategy: Any, x: np.ndarray) -> list[Any]:
+    """``global_moments`` on each replica's share of the global batch ``x``: ``(mean, variance)``
+    as NumPy arrays, one pair per replica."""
+    return _on_replicas(strategy, lambda rows: tuple(global_moments(rows)), [x])
+
+
 def _split(rows: int) -> list[slice]:
     """The rows each of 2 replicas gets of a global batch of ``rows`` (the first gets the extra one)."""
     first = (rows + 1) // 2
@@ -324,8 +346,13 @@ def check_global_moments(global_moments: Callable[[Any], Any]) -> None:
             want = np.stack([x64.mean(axis=0), x64.var(axis=0)])
             for where, strategy in places:
                 parts = _split(rows) if strategy.num_replicas_in_sync > 1 else [slice(0, rows)]
-                results = _on_replicas(strategy, lambda x: tuple(global_moments(x)), [x])
+                results = in_kernel(moments_on_replicas, global_moments, Watched(strategy), x)
+                expect(
+                    len(results) == strategy.num_replicas_in_sync,
+                    f"On {where} the step returned {len(results)} results, not one per replica.",
+                )
                 for replica, result in enumerate(results):
+                    result = [np.asarray(r) for r in result]
                     expect(
                         len(result) == 2 and all(r.shape == (MOMENT_FEATURES,) for r in result),
                         f"Return (mean, variance), each of shape ({MOMENT_FEATURES},) (one per feature), "
@@ -375,21 +402,33 @@ def dropout_batch() -> np.ndarray:
     return (np.arange(GLOBAL_BATCH * DROP_WIDTH, dtype="float32").reshape(GLOBAL_BATCH, DROP_WIDTH) + 1) / 8
 
 
+@harness
+def dropout_on_replicas(
+    replica_dropout: Callable[[Any, float, Any], Any], strategy: Any, x: np.ndarray, rate: float
+) -> list[list[np.ndarray]]:
+    """``replica_dropout(rows, rate, step)`` on each replica's rows of ``x`` at steps 0, 0 and 1 of one
+    traced function: per step, one NumPy output per replica."""
+    import tensorflow as tf
+
+    (rows,) = next(iter(distribute(strategy, [x])))
+    run = tf.function(lambda s, r: strategy.run(lambda r: replica_dropout(r, rate, s), args=(r,)))
+    local = strategy.experimental_local_results
+    return [[np.asarray(v) for v in local(run(tf.constant(s, tf.int64), rows))] for s in (0, 0, 1)]
+
+
 def check_replica_dropout(replica_dropout: Callable[[Any, float, Any], Any]) -> None:
     """``replica_dropout(x, rate, step)`` at steps 0, 0 and 1 of one traced function (``step`` an int64
     tensor, as in training): 2 replicas give one device's output, the same again, another mask at 1.
     One device also runs it at a second rate, where ``rate`` and ``1 - rate`` differ."""
     x = dropout_batch()
 
-    def outputs(
-        strategy: Any, rate: float = DROP_RATE
-    ) -> list[list[np.ndarray]]:  # per replica, steps 0, 0, 1
-        import tensorflow as tf
-
-        (rows,) = next(iter(distribute(strategy, [x])))
-        run = tf.function(lambda s, r: strategy.run(lambda r: replica_dropout(r, rate, s), args=(r,)))
-        local = strategy.experimental_local_results
-        return [[np.asarray(v) for v in local(run(tf.constant(s, tf.int64), rows))] for s in (0, 0, 1)]
+    def outputs(strategy: Any, rate: float = DROP_RATE) -> list[list[np.ndarray]]:
+        steps = in_kernel(dropout_on_replicas, replica_dropout, Watched(strategy), x, rate)
+        expect(
+            len(steps) == 3 and all(len(s) == strategy.num_replicas_in_sync for s in steps),
+            "The traced step did not return one output per replica at each of steps 0, 0 and 1.",
+        )
+        return [[np.asarray(v) for v in replicas] for replicas in steps]
 
     with exercise("replica_dropout"):
         for rate in (OTHER_DROP_RATE, DROP_RATE):  # the notebook's rate last: the checks below use it

@@ -27,7 +27,7 @@ from ..checks import exercise, expect, passed
 from ..errors import ExerciseError, ReplicaCountError
 from ..models import tutorial_train_step
 from ..runtime import import_tensorflow as _tf
-from . import unseen
+from . import harness, in_kernel, unseen
 
 #: The check data: features of 4 numbers (the first is the example's index / 100), 3 classes.
 FEATURES, CLASSES = 4, 3
@@ -156,9 +156,10 @@ def _call_logged(train_logged: Callable[[Any, Any], Any], iterator: Any, replica
         ) from None
 
 
-def run_logged_steps(make_logged_steps: Callable[[Any, Any], Any], replicas: int) -> tuple[compare.Run, int]:
-    """:data:`CALLS` calls of :data:`STEPS_PER_CALL` steps on ``replicas`` replicas: the run and how
-    many times Python ran the replica step."""
+@harness
+def run_logged_steps(make_logged_steps: Callable[[Any, Any], Any], replicas: int) -> dict[str, Any]:
+    """:data:`CALLS` calls of :data:`STEPS_PER_CALL` steps on ``replicas`` replicas, as plain data:
+    the weights' ``update``, the steps' ``losses`` and how many times Python ran the replica step."""
     tf = _tf()
     strategy = _strategy(replicas)
     features, labels = check_data(CALLS * STEPS_PER_CALL * GLOBAL_BATCH)
@@ -182,7 +183,7 @@ def run_logged_steps(make_logged_steps: Callable[[Any, Any], Any], replicas: int
     for _ in range(CALLS):
         losses += _losses(_call_logged(train_logged, iterator, replicas), STEPS_PER_CALL, _on(replicas))
     update = compare.flat(model.trainable_variables) - before
-    return compare.Run(replicas, tuple(losses), update), python_calls[0]
+    return {"update": update, "losses": [float(v) for v in losses], "python_calls": python_calls[0]}
 
 
 def check_logged_steps(make_logged_steps: Callable[[Any, Any], Any]) -> None:
@@ -194,7 +195,13 @@ def check_logged_steps(make_logged_steps: Callable[[Any, Any], Any]) -> None:
         steps = CALLS * STEPS_PER_CALL
         for replicas in (1, 2):
             where = _on(replicas)
-            got, python_calls = run_logged_steps(make_logged_steps, replicas)
+            run = in_kernel(run_logged_steps, make_logged_steps, replicas)
+            got = compare.Run(replicas, tuple(run["losses"]), np.asarray(run["update"], np.float64))
+            python_calls = int(run["python_calls"])
+            expect(
+                len(got.losses) == steps and got.update.shape == reference.update.shape,
+                f"{where} the run gave {len(got.losses)} losses for {steps} steps.",
+            )
             expect(got.update.any(), f"{where} the weights did not move: run replica_step with strategy.run.")
             if compare.mismatch(got.update, reference.update) > RTOL:
                 first = np.arange(CALLS).repeat(STEPS_PER_CALL) * GLOBAL_BATCH  # one batch per call
@@ -271,29 +278,70 @@ def _wraps(part: np.ndarray) -> bool:
     return start + len(part) > EPOCH and part.tolist() == [(start + j) % EPOCH for j in range(len(part))]
 
 
+@harness
+def dataset_fn_run(
+    make_dataset_fn: Callable[[Any, Any, int], Any], features: Any, labels: Any
+) -> dict[str, Any]:
+    """``make_dataset_fn``'s ``dataset_fn`` on 2 replicas, as plain data: the examples each replica got
+    at each of :data:`TRAIN_STEPS` steps (``rows``; ``ran_out``, the step where the data ended), the
+    examples of the first batches of 2 input pipelines (``first``), and the weights' ``update`` after
+    training on it (or ``train_error``, what training raised)."""
+    tf = _tf()
+    dataset_fn = make_dataset_fn(features, labels, DATASET_BATCH)
+    expect(
+        callable(dataset_fn), f"make_dataset_fn should return a function, got {type(dataset_fn).__name__}."
+    )
+    strategy = _strategy(2)
+    batches = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    rows: list[list[list[int]]] = []
+    result: dict[str, Any] = {"rows": rows, "ran_out": None}
+    for step in range(1, TRAIN_STEPS + 1):
+        try:
+            parts = _rows_of(strategy.experimental_local_results(next(batches)[0]))
+        except (StopIteration, tf.errors.OutOfRangeError):
+            result["ran_out"] = step
+            return result
+        rows.append([part.tolist() for part in parts])
+    result["first"] = [sorted(_first_examples(dataset_fn, i, 2)) for i in (0, 1)]
+    model, optimizer = _model_in_scope(strategy)
+    step_fn = replica_step(model, optimizer, DATASET_BATCH)
+
+    @tf.function
+    def train_step(inputs: Any) -> Any:
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step_fn, args=(inputs,)), axis=None)
+
+    before = compare.flat(model.trainable_variables)
+    try:
+        iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+        for _ in range(TRAIN_STEPS):
+            train_step(next(iterator))
+    except Exception as error:  # said by the check, after what the batches already tell
+        result["train_error"] = (
+            f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
+        )
+        return result
+    result["update"] = compare.flat(model.trainable_variables) - before
+    return result
+
+
 def check_dataset_fn(make_dataset_fn: Callable[[Any, Any, int], Any]) -> None:
     """``make_dataset_fn(features, labels, global_batch)`` returns ``dataset_fn(input_context)`` for
     ``strategy.distribute_datasets_from_function``; trained on 2 replicas, one device's update."""
-    tf = _tf()
     with exercise("dataset_fn"):
         features, labels = check_data(EPOCH, seed=1)
-        dataset_fn = make_dataset_fn(features, labels, DATASET_BATCH)
-        expect(
-            callable(dataset_fn),
-            f"make_dataset_fn should return a function, got {type(dataset_fn).__name__}.",
-        )
-        strategy = _strategy(2)
+        run = in_kernel(dataset_fn_run, make_dataset_fn, features, labels)
         per_replica = DATASET_BATCH // 2
-        batches = iter(strategy.distribute_datasets_from_function(dataset_fn))
         seen: set[int] = set()
+        steps = list(run.get("rows", []))
         for step in range(1, TRAIN_STEPS + 1):
-            try:
-                parts = _rows_of(strategy.experimental_local_results(next(batches)[0]))
-            except (StopIteration, tf.errors.OutOfRangeError):
-                raise ExerciseError(
+            if step > len(steps):
+                expect(
+                    run.get("ran_out") != step,
                     f"On 2 replicas the data ran out after {step - 1} steps of an epoch of {EPOCH} "
-                    "examples: repeat() the dataset."
-                ) from None
+                    "examples: repeat() the dataset.",
+                )
+                expect(False, f"On 2 replicas the run gave {len(steps)} steps of {TRAIN_STEPS}.")
+            parts = [np.asarray(part, dtype=int) for part in steps[step - 1]]
             sizes = [len(p) for p in parts]
             expect(
                 sizes[0] != DATASET_BATCH,
@@ -320,28 +368,16 @@ def check_dataset_fn(make_dataset_fn: Callable[[Any, Any, int], Any]) -> None:
             f"first {full} examples: shard with input_context.num_input_pipelines and input_pipeline_id "
             "(workers), not num_replicas_in_sync.",
         )
-        first, second = (_first_examples(dataset_fn, i, 2) for i in (0, 1))
+        first, second = (set(int(i) for i in part) for part in run.get("first", [[], []]))
         expect(
             not first & second,
             "With 2 input pipelines (2 workers), both read the same examples "
             f"({len(first & second)} shared in their first batches): shard the dataset with "
             "input_context.num_input_pipelines and input_context.input_pipeline_id.",
         )
-        # Train on 2 replicas; one device takes the same examples in global batches, in order.
-        model, optimizer = _model_in_scope(strategy)
-        step_fn = replica_step(model, optimizer, DATASET_BATCH)
-
-        @tf.function
-        def train_step(inputs: Any) -> Any:
-            return strategy.reduce(
-                tf.distribute.ReduceOp.SUM, strategy.run(step_fn, args=(inputs,)), axis=None
-            )
-
-        before = compare.flat(model.trainable_variables)
-        iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
-        for _ in range(TRAIN_STEPS):
-            train_step(next(iterator))
-        update = compare.flat(model.trainable_variables) - before
+        expect("train_error" not in run, f"Training on 2 replicas raised {run.get('train_error')}.")
+        # One device takes the same examples in global batches, in order.
+        update = np.asarray(run.get("update", []), np.float64)
         order = np.arange(TRAIN_STEPS * DATASET_BATCH) % full  # full batches, then the next epoch
         reference = one_device_reference(features[order], labels[order], DATASET_BATCH)
         mismatch = compare.mismatch(update, reference.update)

@@ -15,7 +15,7 @@ replica's step (its BatchNorm section).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -108,26 +108,62 @@ def update_factor(
     strategy = strategy or compare.checking_strategy(replicas)
     reference_builder = make_reference_model or make_model
     weights = [np.asarray(w) for w in reference_builder().get_weights()]
-    data = [np.concatenate([np.asarray(column)] * steps) for column in batch]
-    options: dict[str, Any] = dict(batch=len(batch[0]), weights=weights, make_optimizer=make_optimizer)
-
-    def per_replica(step: Step) -> compare.Binder:
-        return lambda strategy, model, optimizer, metric: lambda inputs: step(model, optimizer, *inputs)
-
+    options: dict[str, Any] = dict(steps=steps, make_optimizer=make_optimizer)
     single = compare.checking_strategy(1)
-    reference = compare.run(
-        single, per_replica(reference_step or step), data, make_model=reference_builder, **options
-    )
-    run = compare.run(strategy, per_replica(step), data, make_model=make_model, **options)
-    if run.update.shape != reference.update.shape:
-        raise CourseError("make_model and make_reference_model build models of different sizes.")
-    factor, mismatch = compare_updates(run.update, reference.update)
-    result = UpdateFactor(
-        run.replicas, factor, mismatch, run.loss, reference.loss, run.update, reference.update
-    )
+    reference = step_update(single, reference_step or step, reference_builder, weights, batch, **options)
+    run = step_update(strategy, step, make_model, weights, batch, **options)
+    result = factor_of(run, reference)
     if show:
         print(result.summary())
     return result
+
+
+def step_update(
+    strategy: Any,
+    step: Step,
+    make_model: Callable[[], Any],
+    weights: Sequence[np.ndarray],
+    batch: tuple,
+    *,
+    steps: int = 1,
+    make_optimizer: Optional[Callable[[], Any]] = None,
+) -> dict[str, Any]:
+    """``step`` run ``steps`` times on the global batch ``batch`` under ``strategy``, from ``weights``:
+    plain data, ``{"update": the weights' change, "loss": the last loss summed over the replicas,
+    "replicas": N}`` (what a grader's harness sends back: :func:`factor_of` compares two)."""
+    data = [np.concatenate([np.asarray(column)] * steps) for column in batch]
+
+    def per_replica(model: Any, optimizer: Any) -> Any:
+        return lambda inputs: step(model, optimizer, *inputs)
+
+    run = compare.run(
+        strategy,
+        lambda strategy, model, optimizer, metric: per_replica(model, optimizer),
+        data,
+        batch=len(batch[0]),
+        make_model=make_model,
+        weights=[np.asarray(w) for w in weights],
+        make_optimizer=make_optimizer,
+    )
+    return {"update": np.asarray(run.update), "loss": run.loss, "replicas": int(run.replicas)}
+
+
+def factor_of(run: Mapping[str, Any], reference: Mapping[str, Any]) -> UpdateFactor:
+    """The :class:`UpdateFactor` of one :func:`step_update` against another (the single device's)."""
+    update, reference_update = (
+        np.asarray(run["update"], np.float64),
+        np.asarray(reference["update"], np.float64),
+    )
+    if update.shape != reference_update.shape:
+        raise CourseError(
+            f"the step's model has {update.size} weights, the single device's {reference_update.size}."
+        )
+    factor, mismatch = compare_updates(update, reference_update)
+    loss = None if run.get("loss") is None else float(run["loss"])
+    reference_loss = None if reference.get("loss") is None else float(reference["loss"])
+    return UpdateFactor(
+        int(run["replicas"]), factor, mismatch, loss, reference_loss, update, reference_update
+    )
 
 
 def count_all_reduces(strategy: Any, fn: Callable[..., Any], *args: Any) -> int:
