@@ -60,9 +60,10 @@ class Judged:
     """How the judge calls an exercise's check: ``course_utils.exercises.<module>.<check>(*args, **kwargs)``.
 
     Each of ``args`` is ``"fn:NAME"`` (the student's function ``NAME``, called in the kernel),
-    ``"literal:NAME"`` (the value of ``NAME = <prediction>`` in the answer's source) or
+    ``"literal:NAME"`` (the value of ``NAME = <prediction>`` in the answer's source),
     ``"returns:NAME"`` (a function returning what the student's function ``NAME`` returns, read
-    from its source): predictions are read (:func:`prediction`), never run.
+    from its source): predictions are read (:func:`prediction`), never run; or ``"course:NAME"``
+    (the course's own ``NAME`` of the check's module, where the notebook passes its cell's copy).
     """
 
     module: str
@@ -72,6 +73,9 @@ class Judged:
     #: Keywords of the notebook's check call that the judge leaves out: they hand the check what the
     #: notebook's own run observed (a cluster's layout), which only that kernel has.
     leaves_out: tuple[str, ...] = ()
+    #: A function of the check's module giving the names a prediction may use, ``{NAME: number}``
+    #: (the numbers a cell above printed, computed here): ``PREDICTION = DATA_LOSS + 4 * PENALTY``.
+    known: str = ""
 
     @property
     def functions(self) -> tuple[str, ...]:
@@ -80,7 +84,7 @@ class Judged:
     @property
     def literals(self) -> tuple[str, ...]:
         """The names read from the answer's source."""
-        return tuple(a.partition(":")[2] for a in self.args if not a.startswith("fn:"))
+        return tuple(a.partition(":")[2] for a in self.args if a.startswith(("literal:", "returns:")))
 
 
 # fmt: off
@@ -122,6 +126,9 @@ JUDGED: dict[str, Judged] = {
     "clip_after_sum": Judged("loss_scaling_pitfalls", "check_clip_after_sum", ("fn:clip_summed_gradients",)),
     "logged_steps": Judged("performance", "check_logged_steps", ("fn:make_logged_steps",)),
     "dataset_fn": Judged("performance", "check_dataset_fn", ("fn:make_dataset_fn",)),
+    # the naive port is the notebook's code, not the student's: the judge measures its own copy
+    "naive_loss_prediction": Judged("capstone", "check_naive_loss_prediction",
+                                    ("literal:PREDICTION", "course:naive_train_step"), known="first_loss_names"),
 }
 # fmt: on
 
@@ -358,10 +365,13 @@ def _assigned(statement: ast.stmt, name: Optional[str] = None) -> Optional[tuple
     return None
 
 
-def prediction(answer: str, name: str, returned: bool = False) -> Any:
+def prediction(
+    answer: str, name: str, returned: bool = False, known: Optional[Mapping[str, Any]] = None
+) -> Any:
     """The student's prediction, read from the answer's source and never run: the value of the last
     top-level ``name = ...`` or, with ``returned``, what the function ``name`` returns (its body may
-    bind names to numbers first). Literals and arithmetic on numbers only (:func:`constant`).
+    bind names to numbers first). Literals and arithmetic on numbers only (:func:`constant`), and
+    the names in ``known``.
 
     ``NotImplementedError`` when the answer does not say (a placeholder); ``ValueError`` when the
     value is code."""
@@ -369,7 +379,7 @@ def prediction(answer: str, name: str, returned: bool = False) -> Any:
         tree = ast.parse(answer)
     except SyntaxError as error:
         raise ValueError(f"the cell is not valid Python ({error.msg}, line {error.lineno})") from None
-    names: dict[str, Any] = {}
+    names: dict[str, Any] = dict(known or {})  # the numbers cells above printed, computed here
     if returned:
         defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
         if not defs:
@@ -443,9 +453,11 @@ def judge_one(
     from course_utils.errors import ExerciseError
 
     judged = JUDGED[exercise_id]
-    check = getattr(importlib.import_module(f"course_utils.exercises.{judged.module}"), judged.check)
+    module = importlib.import_module(f"course_utils.exercises.{judged.module}")
+    check = getattr(module, judged.check)
     out = io.StringIO()
     try:
+        known = getattr(module, judged.known)() if judged.known else {}
         args: list[Any] = []
         for arg in judged.args:
             kind, _, name = arg.partition(":")
@@ -453,8 +465,11 @@ def judge_one(
                 assert conn is not None
                 args.append(Remote(conn, stream, name))
                 continue
+            if kind == "course":
+                args.append(getattr(module, name))
+                continue
             try:
-                value = prediction(literals.get(name, ""), name, returned=kind == "returns")
+                value = prediction(literals.get(name, ""), name, returned=kind == "returns", known=known)
             except NotImplementedError:  # a placeholder: the check says "not done yet", as in the notebook
                 value = NotImplementedError if kind == "returns" else None
             except ValueError as why:
