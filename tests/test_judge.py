@@ -530,3 +530,24 @@ def test_the_naive_loss_prediction_is_judged_on_the_judges_own_naive_port() -> N
         capstone.naive_first_loss(f, 2) for f in (namespace["naive_train_step"], capstone.naive_train_step)
     )
     assert mine == pytest.approx(course, rel=1e-6)
+
+
+def test_the_graders_guide_counts_the_judged_exercises() -> None:
+    """docs/grading.md says how many exercises the judge decides, of how many, and how many are
+    still checked in the kernel: the numbers of the registry and the masters."""
+    import re
+
+    import nbformat
+
+    from course_tools.cellmeta import exercise_id, role
+
+    ids = {
+        exercise_id(cell)
+        for path in (ROOT / "solutions").glob("*.ipynb")
+        for cell in nbformat.read(path, as_version=4).cells
+        if role(cell) == "check"
+    }
+    guide = (ROOT / "docs" / "grading.md").read_text()
+    assert re.search(rf"\({len(judge.JUDGED)} of the {len(ids)}:", guide)
+    assert f"The other {len(ids) - len(judge.JUDGED)} exercises" in guide
+    assert set(judge.JUDGED) <= ids
