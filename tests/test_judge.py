@@ -551,3 +551,25 @@ def test_the_graders_guide_counts_the_judged_exercises() -> None:
     assert re.search(rf"\({len(judge.JUDGED)} of the {len(ids)}:", guide)
     assert f"The other {len(ids) - len(judge.JUDGED)} exercises" in guide
     assert set(judge.JUDGED) <= ids
+
+
+def test_restart_step_is_judged_on_the_notebooks_own_program() -> None:
+    """The judge reads restart_step's SAVE_EVERY and STEPS_PER_EPOCH from the course, not from the
+    kernel's train.py: they are the numbers notebook 07's cells write into it."""
+    import re
+
+    import nbformat
+
+    from course_utils.exercises import multi_worker_training as mwt
+
+    text = "\n".join(
+        c.source
+        for c in nbformat.read(ROOT / "solutions" / "07_multi_worker_training.ipynb", as_version=4).cells
+    )
+    assert re.search(rf"EPOCHS, SAVE_EVERY = \d+, {mwt.PROGRAM_SAVE_EVERY}\b", text)
+    assert re.search(rf"GLOBAL_BATCH, STEPS_PER_EPOCH, FEATURES = \d+, {mwt.PROGRAM_STEPS_PER_EPOCH}\b", text)
+    assert judged("restart_step", {}, {"PREDICTION": "PREDICTION = 6"})[0] == "passed"
+    status, message = judged("restart_step", {}, {"PREDICTION": "PREDICTION = 8"})
+    assert status == "failed" and "never saved" in message, message
+    status, message = judged("pod_task", {}, {"PREDICTION": 'PREDICTION = ("worker", 2)'})
+    assert status == "failed" and "the pod's number" in message, message

@@ -63,7 +63,9 @@ class Judged:
     ``"literal:NAME"`` (the value of ``NAME = <prediction>`` in the answer's source),
     ``"returns:NAME"`` (a function returning what the student's function ``NAME`` returns, read
     from its source): predictions are read (:func:`prediction`), never run; or ``"course:NAME"``
-    (the course's own ``NAME`` of the check's module, where the notebook passes its cell's copy).
+    (the course's own ``NAME`` of the check's module, where the notebook passes its cell's copy) or
+    ``"none:NAME"`` (``None``: what only the notebook's kernel has, such as a file its cells wrote,
+    which the check does without).
     """
 
     module: str
@@ -127,6 +129,11 @@ JUDGED: dict[str, Judged] = {
     "logged_steps": Judged("performance", "check_logged_steps", ("fn:make_logged_steps",)),
     "dataset_fn": Judged("performance", "check_dataset_fn", ("fn:make_dataset_fn",)),
     # the naive port is the notebook's code, not the student's: the judge measures its own copy
+    # the programs' files are the notebook's own: the judge checks the prediction on the course's
+    "restart_step": Judged("multi_worker_training", "check_restart_step", ("literal:PREDICTION", "none:PROGRAM"),
+                           kwargs={"killed_after": 7}),
+    "pod_task": Judged("multi_worker_training", "check_pod_task", ("literal:PREDICTION", "none:DERIVE"),
+                       kwargs={"pod": 2, "chief": 1, "workers": 2, "ps": 1}),
     "naive_loss_prediction": Judged("capstone", "check_naive_loss_prediction",
                                     ("literal:PREDICTION", "course:naive_train_step"), known="first_loss_names"),
 }
@@ -465,8 +472,8 @@ def judge_one(
                 assert conn is not None
                 args.append(Remote(conn, stream, name))
                 continue
-            if kind == "course":
-                args.append(getattr(module, name))
+            if kind in ("course", "none"):
+                args.append(getattr(module, name) if kind == "course" else None)
                 continue
             try:
                 value = prediction(literals.get(name, ""), name, returned=kind == "returns", known=known)

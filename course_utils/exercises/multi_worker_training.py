@@ -264,9 +264,15 @@ def check_worker_step(program: Any) -> None:
 # --------------------------------------------------------------------------- restart_step
 
 
+#: What the notebook's train.py sets (section 6's cells): it saves every SAVE_EVERY global steps and
+#: after each epoch of STEPS_PER_EPOCH steps. A grader judges restart_step on these.
+PROGRAM_SAVE_EVERY, PROGRAM_STEPS_PER_EPOCH = 5, 4
+
+
 def check_restart_step(prediction: Any, program: Any, killed_after: int) -> None:
     """Predict-then-run: the first global step a cluster computes after restarting from the last
-    checkpoint that the program wrote before a worker died after step ``killed_after``."""
+    checkpoint that the program wrote before a worker died after step ``killed_after``
+    (``program=None``, a grader: the notebook's train.py, :data:`PROGRAM_SAVE_EVERY`...)."""
     with exercise("restart_step"):
         if prediction is None or prediction is Ellipsis:
             raise NotImplementedError  # "not done yet", as for every exercise left blank
@@ -274,8 +280,10 @@ def check_restart_step(prediction: Any, program: Any, killed_after: int) -> None
             isinstance(prediction, (int, np.integer)) and not isinstance(prediction, bool),
             f"PREDICTION should be a whole number (a global step), got {prediction!r}.",
         )
-        train = load_program(program, "SAVE_EVERY", "STEPS_PER_EPOCH")
-        every, epoch = int(train.SAVE_EVERY), int(train.STEPS_PER_EPOCH)
+        every, epoch = PROGRAM_SAVE_EVERY, PROGRAM_STEPS_PER_EPOCH
+        if program is not None:
+            train = load_program(program, "SAVE_EVERY", "STEPS_PER_EPOCH")
+            every, epoch = int(train.SAVE_EVERY), int(train.STEPS_PER_EPOCH)
         saved = [s for s in range(1, killed_after + 1) if s % every == 0 or s % epoch == 0]
         actual = (saved[-1] if saved else 0) + 1
         ends = [s for s in saved if s % epoch == 0]
@@ -331,7 +339,8 @@ def check_pod_task(
 ) -> None:
     """Predict-then-run: the task that pod ``trainer-POD`` of an Indexed Job becomes, for a cluster
     of ``chief``, ``workers`` and ``ps`` tasks, once notebook 07's start-up lines (the file
-    ``derive``) have run in it."""
+    ``derive``) have run in it; ``derive=None`` (a grader, which never runs the notebook's cells)
+    judges the prediction alone."""
     with exercise("pod_task"):
         if prediction is None or prediction is Ellipsis:
             raise NotImplementedError  # "not done yet", as for every exercise left blank
@@ -349,7 +358,7 @@ def check_pod_task(
         cluster: dict[str, list[str]] = {}
         for rank, (kind, _) in enumerate(tasks):  # pod trainer-RANK at the place of task RANK
             cluster.setdefault(kind, []).append(f"trainer-{rank}.trainer:2222")
-        for rank, task in enumerate(tasks):  # the lines, run in every pod
+        for rank, task in enumerate(tasks if derive is not None else ()):  # the lines, run in every pod
             got = _pod_tf_config(derive, cluster, rank)
             expect(
                 got == make_tf_config(cluster, *task),
