@@ -351,12 +351,19 @@ def _master_answers() -> dict[str, str]:
 
 @pytest.mark.parametrize("seed", [3, 11, 29])
 @pytest.mark.parametrize("ident", sorted(judge.JUDGED))
-def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident, seed) -> None:
-    """The masters' answers, called across the socket with grading-time cases added: passed."""
+def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident, seed, tmp_path) -> None:
+    """The masters' answers, called across the socket with grading-time cases added: passed (a
+    program written by a %%writefile answer is handed over as its file's path, as the notebook does)."""
     if ident == "naive_loss_prediction":
         pytest.skip("judged on 4 virtual CPUs in a process of its own (test_the_naive_loss_prediction_...)")
     source = _master_answers()[ident]
     entry = judge.JUDGED[ident]
+    if source.startswith("%%writefile"):
+        program = tmp_path / f"{ident}_program.py"
+        program.write_text(source.split("\n", 1)[1])
+        status, message = judged(ident, {name: str(program) for name in entry.functions}, seed=seed)
+        assert status == "passed", message
+        return
     from course_utils.runtime import import_tensorflow
 
     namespace: dict[str, Any] = {"np": np, "tf": import_tensorflow()}  # what the notebooks imported
@@ -573,3 +580,16 @@ def test_restart_step_is_judged_on_the_notebooks_own_program() -> None:
     assert status == "failed" and "never saved" in message, message
     status, message = judged("pod_task", {}, {"PREDICTION": 'PREDICTION = ("worker", 2)'})
     assert status == "failed" and "the pod's number" in message, message
+
+
+def test_a_worker_program_is_run_in_the_kernel_and_its_batches_judged(tmp_path) -> None:
+    """worker_input's harness loads the student's program in the kernel and sends back the batches
+    each worker made; the judge finds the mistake from them (sharding by replicas, not workers)."""
+    source = _master_answers()["worker_input"].split("\n", 1)[1]
+    wrong = source.replace("input_context.num_input_pipelines, input_context.input_pipeline_id",
+                           "input_context.num_replicas_in_sync, input_context.input_pipeline_id")  # fmt: skip
+    assert wrong != source
+    program = tmp_path / "wrong_input.py"
+    program.write_text(wrong)
+    status, message = judged("worker_input", {"INPUT": str(program)}, seed=1)
+    assert status == "failed" and "Exercise worker_input" in message, message

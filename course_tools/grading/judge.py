@@ -129,6 +129,7 @@ JUDGED: dict[str, Judged] = {
     "logged_steps": Judged("performance", "check_logged_steps", ("fn:make_logged_steps",)),
     "dataset_fn": Judged("performance", "check_dataset_fn", ("fn:make_dataset_fn",)),
     # the naive port is the notebook's code, not the student's: the judge measures its own copy
+    "worker_input": Judged("multi_worker_training", "check_worker_input", ("fn:INPUT",)),
     # the programs' files are the notebook's own: the judge checks the prediction on the course's
     "restart_step": Judged("multi_worker_training", "check_restart_step", ("literal:PREDICTION", "none:PROGRAM"),
                            kwargs={"killed_after": 7}),

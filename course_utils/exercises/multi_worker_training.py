@@ -25,6 +25,7 @@ from .. import compare
 from ..checks import exercise, expect, expect_close, passed
 from ..cluster import make_tf_config
 from ..runtime import import_tensorflow
+from . import harness, in_kernel
 
 
 def load_program(program: Any, *names: str) -> ModuleType:
@@ -89,13 +90,33 @@ def _one_step(
     return compare.flat(model.trainable_variables)
 
 
-def _worker_steps(
-    tf: Any, train: Any, one: list, g: int, replicas: int
-) -> list[list[tuple[np.ndarray, ...]]]:
-    """The steps of 2 workers of ``replicas`` replicas each (a step takes one batch per replica,
-    joined here), judged against ``one``, one device's batches."""
+@harness
+def worker_input_batches(program: Any) -> dict[str, Any]:
+    """The program's ``make_dataset`` with a short last batch added to its data, as plain data: the
+    global batch ``g``, the batches of one device (``one``, or ``one_error``, what it raised) and of
+    2 workers of 2 replicas and of 1 (``workers_2``, ``workers_1``), each batch ``(ids, x, y)``."""
+    tf = import_tensorflow()
+    train: Any = load_program(program, "make_dataset", "GLOBAL_BATCH", "EXAMPLES")
+    del sys.modules[train.__name__]  # its EXAMPLES changes here: a later import reads the file
+    g = int(train.GLOBAL_BATCH)
+    train.EXAMPLES = int(train.EXAMPLES) + max(1, g // 4 - 1)  # a remainder, under a replica's batch
+    out: dict[str, Any] = {"g": g, "examples": train.EXAMPLES}
+    try:
+        out["one"] = _batches(train.make_dataset(tf.distribute.InputContext(), 0))
+    except tf.errors.InvalidArgumentError as error:
+        out["one_error"] = str(error)[:500]
+        return out
+    for replicas in (2, 1):
+        contexts = [tf.distribute.InputContext(2, i, 2 * replicas) for i in range(2)]
+        out[f"workers_{replicas}"] = [_batches(train.make_dataset(context, 0)) for context in contexts]
+    return out
+
+
+def _worker_steps(workers: list, one: list, g: int, replicas: int) -> list[list[tuple[np.ndarray, ...]]]:
+    """The steps of 2 workers of ``replicas`` replicas each (``workers``: each worker's batches; a
+    step takes one batch per replica, joined here), judged against ``one``, one device's batches."""
     n = 2 * replicas
-    workers = [_batches(train.make_dataset(tf.distribute.InputContext(2, i, n), 0)) for i in range(2)]
+    workers = [[tuple(np.asarray(part) for part in batch) for batch in batches] for batches in workers]
     sizes = sorted({len(ids) for batches in workers for ids, _, _ in batches})
     why = {
         g: "a batch of GLOBAL_BATCH per replica; ",
@@ -142,25 +163,21 @@ def check_worker_input(program: Any) -> None:
     """The program's ``make_dataset(input_context, epoch)``: each of 2 workers of 2 replicas (then
     of 1) reads its own part of every global batch, from data that leaves a short last batch, so
     that the replicas make one device's update."""
-    tf = import_tensorflow()
     with exercise("worker_input"):
-        train: Any = load_program(program, "make_dataset", "GLOBAL_BATCH", "EXAMPLES")
-        del sys.modules[train.__name__]  # its EXAMPLES changes here: a later import reads the file
-        g = int(train.GLOBAL_BATCH)
-        train.EXAMPLES = int(train.EXAMPLES) + max(1, g // 4 - 1)  # a remainder, under a replica's batch
-        try:
-            one = _batches(train.make_dataset(tf.distribute.InputContext(), 0))
-        except tf.errors.InvalidArgumentError as error:
+        run = in_kernel(worker_input_batches, program)
+        g = int(run["g"])
+        if "one_error" in run:
             expect(
-                "shards" not in str(error),
+                "shards" not in str(run["one_error"]),
                 "On one device data.shard got 0 shards: its arguments are (num_shards, index), "
                 "and you passed them the other way round.",
             )
-            raise
+            expect(False, f"On one device make_dataset raised InvalidArgumentError: {run['one_error']}")
+        one = [tuple(np.asarray(part) for part in batch) for batch in run["one"]]
         sizes = [len(b[0]) for b in one]
         expect(
             not (len(sizes) > 1 and set(sizes[:-1]) == {g} and sizes[-1] < g),
-            f"{train.EXAMPLES} examples leave a last batch of {sizes[-1]}, which the replicas would split "
+            f"{run['examples']} examples leave a last batch of {sizes[-1]}, which the replicas would split "
             "unevenly (or not at all): the statement asks you to drop it.",
         )
         expect(
@@ -169,8 +186,8 @@ def check_worker_input(program: Any) -> None:
             f"{sorted(set(sizes))}, not the global batch of {g}: a replica's batch is its share of one "
             "step of all workers, and here its one replica is all of them.",
         )
-        workers = _worker_steps(tf, train, one, g, replicas=2)
-        _worker_steps(tf, train, one, g, replicas=1)
+        workers = _worker_steps(run["workers_2"], one, g, replicas=2)
+        _worker_steps(run["workers_1"], one, g, replicas=1)
         # The proof: one step on 2 replicas, each fed one worker's first step, against one device.
         rng = np.random.default_rng(0)
         features = one[0][1].shape[1]
