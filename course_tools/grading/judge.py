@@ -130,6 +130,9 @@ JUDGED: dict[str, Judged] = {
     "dataset_fn": Judged("performance", "check_dataset_fn", ("fn:make_dataset_fn",)),
     # the naive port is the notebook's code, not the student's: the judge measures its own copy
     "worker_input": Judged("multi_worker_training", "check_worker_input", ("fn:INPUT",)),
+    # the notebook's cluster runs stay the notebook's feedback: the judge asks resume_point's answers
+    "resume_point": Judged("multi_worker_training", "check_resume_point", ("fn:PROGRAM", "none:runs"),
+                           leaves_out=("uninterrupted",)),
     # the programs' files are the notebook's own: the judge checks the prediction on the course's
     "restart_step": Judged("multi_worker_training", "check_restart_step", ("literal:PREDICTION", "none:PROGRAM"),
                            kwargs={"killed_after": 7}),

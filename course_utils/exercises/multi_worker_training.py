@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from .. import compare
 from ..checks import exercise, expect, expect_close, passed
 from ..cluster import make_tf_config
 from ..runtime import import_tensorflow
-from . import harness, in_kernel
+from . import harness, in_kernel, unseen
 
 
 def load_program(program: Any, *names: str) -> ModuleType:
@@ -432,10 +432,60 @@ def _examples_by_epoch(runs: Sequence[Any]) -> dict[int, list[int]]:
     return seen
 
 
-def check_resume_point(program: Any, runs: Sequence[Any], uninterrupted: Any = None) -> None:
+#: (global step, steps per epoch) pairs on which resume_point must resume where a checkpoint left off.
+RESUME_CASES = ((0, 4), (4, 4), (6, 4), (11, 4), (7, 3))
+
+
+@harness
+def resume_points(program: Any, cases: Sequence[Sequence[int]]) -> list[Any]:
+    """The program's ``resume_point(global_step, steps_per_epoch)`` for each case, as plain data."""
+    train = load_program(program, "resume_point")
+    return [_plain(train.resume_point(int(step), int(steps))) for step, steps in cases]
+
+
+def _plain(value: Any) -> Any:
+    """A pair of whole numbers as a list of ints; anything else as its text (the check says why)."""
+    if isinstance(value, (tuple, list)) and all(isinstance(v, (int, np.integer)) for v in value):
+        return [int(v) for v in value]
+    return repr(value)[:80]
+
+
+def _judge_resume_points(program: Any) -> None:
+    """resume_point judged on its answers alone (a grader's judge, which runs no cluster): the
+    notebook's cases and cases drawn at grading time."""
+    rng = unseen()
+    cases = [*RESUME_CASES, *(((b := rng.randint(2, 9)) * rng.randint(0, 3) + rng.randint(0, b - 1), b)
+                                for _ in range(3))] if rng else list(RESUME_CASES)  # fmt: skip
+    for (step, steps), got in zip(cases, in_kernel(resume_points, program, cases)):
+        expect(
+            isinstance(got, list) and len(got) == 2,
+            f"Return a pair (epoch, skip) of whole numbers; resume_point({step}, {steps}) returned {got}.",
+        )
+        if tuple(got) == divmod(step, steps):
+            continue
+        expect(
+            tuple(got) != (step // steps, step),
+            f"resume_point({step}, {steps}) returned {tuple(got)}: the global step counts every batch since "
+            "the start, across epochs: skip the ones of this epoch.",
+        )
+        expect(
+            tuple(got) != (step // steps, step % steps + 1),
+            f"resume_point({step}, {steps}) returned {tuple(got)}: optimizer.iterations is the number of "
+            "steps done, so the next batch has that index.",
+        )
+        expect(False, f"resume_point({step}, {steps}) returned {tuple(got)}, which does not resume there.")
+
+
+def check_resume_point(program: Any, runs: Optional[Sequence[Any]], uninterrupted: Any = None) -> None:
     """The program's ``resume_point(global_step, steps_per_epoch)``, judged by a chain of runs on one
     run folder: the first interrupted, each next one restarted from the checkpoint the previous left
-    (``None`` for a restart that failed), the last finished. ``uninterrupted``: a run never stopped."""
+    (``None`` for a restart that failed), the last finished. ``uninterrupted``: a run never stopped.
+    ``runs=None`` (a grader's judge, which runs no cluster): judged on its answers alone."""
+    if runs is None:
+        with exercise("resume_point"):
+            _judge_resume_points(program)
+        passed("resume_point", "every checkpoint resumes at its epoch and the batch after the last it holds.")
+        return
     with exercise("resume_point"):
         train = load_program(program, "resume_point", "EPOCHS", "STEPS_PER_EPOCH", "GLOBAL_BATCH")
         epochs, per_epoch, g = int(train.EPOCHS), int(train.STEPS_PER_EPOCH), int(train.GLOBAL_BATCH)
@@ -503,7 +553,7 @@ def check_resume_point(program: Any, runs: Sequence[Any], uninterrupted: Any = N
                 and all(np.allclose(a, b, rtol=1e-6, atol=1e-7) for a, b in zip(mine, never)),
                 "The resumed run's final weights differ from those of the run never stopped.",
             )
-        for step, steps in ((0, 4), (4, 4), (6, 4), (11, 4), (7, 3)):
+        for step, steps in RESUME_CASES:
             got = tuple(int(v) for v in train.resume_point(step, steps))
             expect(
                 got == divmod(step, steps),
