@@ -20,6 +20,58 @@ def tf():
     return tensorflow
 
 
+# --------------------------------------------------------------------------- pitfall_factors
+
+RIGHT_FACTORS = {"reduce_mean": 2.0, "raw penalty": 2.0, "Keras default": 1.0, "per-token": 5.0}
+
+
+def test_pitfall_factors(capsys) -> None:
+    measured = ex.measured_pitfall_factors()
+    assert all(abs(measured[k] - v) < 1e-3 for k, v in RIGHT_FACTORS.items()), measured  # what 05 teaches
+    ex.check_pitfall_factors(RIGHT_FACTORS)
+    ex.check_pitfall_factors({"reduce_mean": 2, "raw penalty": 4 / 2, "Keras default": 1, "per-token": 5})
+    assert capsys.readouterr().out.count("[pass] pitfall_factors") == 2
+    # The plausible wrong answers: Keras's default reduction taken for a plain mean (2), nothing off
+    # anywhere (all 1), the per-token factor times the replicas (10), a penalty scaled per example;
+    # each hint names the entries that are off and why, on one line, never a factor.
+    hints = [
+        fails_with(
+            ex.check_pitfall_factors,
+            {**RIGHT_FACTORS, "Keras default": 2.0},
+            "Exercise pitfall_factors",
+            "1 of 4 off: 'Keras default'",
+            "num_replicas_in_sync",
+        ),
+        fails_with(
+            ex.check_pitfall_factors,
+            dict.fromkeys(RIGHT_FACTORS, 1.0),
+            "3 of 4 off: 'reduce_mean'",
+            "its own examples",
+            "'raw penalty': each replica adds the whole penalty",
+            "'per-token'",
+        ),
+        fails_with(
+            ex.check_pitfall_factors,
+            {**RIGHT_FACTORS, "per-token": 10},
+            "'per-token'",
+            "whatever the replicas",
+        ),
+        fails_with(
+            ex.check_pitfall_factors, {**RIGHT_FACTORS, "raw penalty": 0.5}, "1 of 4 off: 'raw penalty'"
+        ),
+    ]
+    for hint in hints:
+        assert "\n" not in hint and not any(f in hint for f in ("2.0", "5.0", "1.0", "2x", "5x", "1x")), hint
+    fails_with(ex.check_pitfall_factors, None, "Set FACTORS to a dict with the keys")
+    fails_with(ex.check_pitfall_factors, [2, 2, 1, 5], "Set FACTORS to a dict with the keys")
+    fails_with(ex.check_pitfall_factors, {"reduce_mean": 2.0}, "Set FACTORS to a dict with the keys")
+    placeholder = dict.fromkeys(RIGHT_FACTORS)
+    fails_with(ex.check_pitfall_factors, placeholder, "Set FACTORS['reduce_mean'] to a number", "not None")
+    fails_with(
+        ex.check_pitfall_factors, {**RIGHT_FACTORS, "per-token": "5"}, "Set FACTORS['per-token'] to a number"
+    )
+
+
 # --------------------------------------------------------------------------- predict_clip_factor
 
 

@@ -102,6 +102,7 @@ JUDGED: dict[str, Judged] = {
     "reduce_prediction": Judged("strategy_types", "check_reduce_prediction", ("literal:PREDICTION",)),
     "scaled_batch_and_lr": Judged("keras_model_fit", "check_scaled_batch_and_lr", ("fn:scaled_batch_and_lr",)),
     "adam_update_factor": Judged("custom_training_loops", "check_adam_update_factor", ("literal:PREDICTION",)),
+    "pitfall_factors": Judged("loss_scaling_pitfalls", "check_pitfall_factors", ("literal:FACTORS",)),
     "predict_clip_factor": Judged("loss_scaling_pitfalls", "check_predict_clip_factor", ("literal:PREDICTION",)),
     "lone_example_factor": Judged("loss_scaling_pitfalls", "check_lone_example_factor",
                                   ("literal:LONE_EXAMPLE_FACTOR",)),

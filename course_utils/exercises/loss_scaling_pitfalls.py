@@ -1,7 +1,7 @@
 """Notebook 05 (loss-scaling pitfalls): its exercise checks.
 
 Every check runs on 2 replicas next to one device, so that code that is right on one replica and
-wrong on two fails. The two predictions are measured, never taken on trust; the clipping check
+wrong on two fails. The predictions are measured, never taken on trust; the clipping check
 compares training updates with a correct single-device reference
 (:func:`course_utils.lessons.diagnostics.update_factor`), with the clip firing and not. The moments
 and dropout checks compare what each replica returns with what one device returns for the whole
@@ -10,6 +10,7 @@ global batch. A hint names the mistake; it never prints the answer.
 
 from __future__ import annotations
 
+import functools
 import math
 from numbers import Real
 from typing import Any, Callable
@@ -86,6 +87,84 @@ def _measure(step: Any, build: Callable[[], Any], batch: tuple, **kwargs: Any) -
 
 def _near(value: Any, target: float, tol: float = 1e-3) -> bool:
     return value is not None and math.isfinite(value) and abs(value - target) <= tol * max(1.0, abs(target))
+
+
+# --------------------------------------------------------------------------- pitfall_factors
+
+#: Exercise pitfall_factors: the pitfalls of sections 4, 5, 6 and 8, and the mistake each hint names.
+PITFALLS = {
+    "reduce_mean": "each replica divides by its own examples, and the strategy sums the replicas' gradients",
+    "raw penalty": "each replica adds the whole penalty, and the strategy sums the replicas' gradients",
+    "Keras default": "in strategy.run Keras 3's default reduction also divides by num_replicas_in_sync",
+    "per-token": "compute_average_loss divides the summed token losses by the examples, whatever the replicas",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _pitfall_factors() -> tuple[tuple[str, float], ...]:
+    import keras
+    import tensorflow as tf
+
+    loss_fn, mean_loss = _loss_fn(), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def step(loss_of: Callable[[Any, Any, Any], Any]) -> Callable[..., Any]:
+        def train(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = loss_of(y, model(x, training=True), model)
+            pairs = zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+            optimizer.apply_gradients([(g, v) for g, v in pairs if g is not None])  # a penalty: kernels only
+            return loss
+
+        return train
+
+    def dense(shape: tuple, **penalty: Any) -> Callable[[], Any]:  # one layer: the factors hold for any model
+        return lambda: keras.Sequential([keras.Input(shape), keras.layers.Dense(CLASSES, **penalty)])
+
+    x, y = _data(GLOBAL_BATCH * 5, seed=3)  # 8 examples of 5 time steps, for the per-token loss
+    found = {
+        "reduce_mean": _measure(step(lambda y, p, m: tf.reduce_mean(loss_fn(y, p))), dense((4,)), _data(8)),
+        "raw penalty": _measure(
+            step(lambda y, p, m: tf.add_n(m.losses)), dense((4,), kernel_regularizer="l2"), _data(8)
+        ),
+        "Keras default": _measure(step(lambda y, p, m: mean_loss(y, p)), dense((4,)), _data(8)),
+        "per-token": _measure(
+            step(lambda y, p, m: tf.nn.compute_average_loss(loss_fn(y, p), global_batch_size=GLOBAL_BATCH)),
+            dense((5, FEATURES)),
+            (x.reshape(GLOBAL_BATCH, 5, FEATURES), y.reshape(GLOBAL_BATCH, 5)),
+            reference_step=step(lambda y, p, m: mean_loss(y, p)),  # one device's mean over every token
+        ),
+    }
+    return tuple((name, result.factor) for name, result in found.items())
+
+
+def measured_pitfall_factors() -> dict[str, float]:
+    """The factors of exercise pitfall_factors on 2 replicas (SGD, a global batch of 8):
+    ``tf.reduce_mean``; an L2 penalty alone, unscaled; a Keras loss at its default reduction in
+    ``strategy.run``; per-token losses in ``compute_average_loss``, against a mean over tokens."""
+    return dict(_pitfall_factors())
+
+
+def check_pitfall_factors(prediction: Any) -> None:
+    """``FACTORS = {pitfall: factor}`` for :data:`PITFALLS`: the hint names the entries that are off
+    and why, never a factor."""
+    with exercise("pitfall_factors"):
+        names = list(PITFALLS)
+        expect(
+            isinstance(prediction, dict) and set(prediction) == set(names),
+            f"Set FACTORS to a dict with the keys {names}, each the factor you expect (got {prediction!r}).",
+        )
+        for name, value in prediction.items():
+            expect(
+                isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value),
+                f"Set FACTORS[{name!r}] to a number, the factor you expect, not {value!r}.",
+            )
+        measured = measured_pitfall_factors()
+        off = [name for name in names if abs(prediction[name] - measured[name]) > 0.05]
+        expect(not off, f"{len(off)} of 4 off: " + "; ".join(f"{n!r}: {PITFALLS[n]}" for n in off) + ".")
+    passed(
+        "pitfall_factors",
+        ", ".join(f"{n} {f:.2f}x" for n, f in measured.items()) + "; sections 4 to 8 show why.",
+    )
 
 
 # --------------------------------------------------------------------------- clipping
