@@ -204,6 +204,9 @@ def test_the_core_is_small() -> None:
     # (run_side_by_side), 06's TPU installer and its attempt() harness, 02's comparison with the pins,
     # 11's runtimes picture and error parsing (+~160), and new exercises (00's global_batch, 11's
     # jax_port_factor, +~70); less 05's average_loss (a repeat of 04's, -72) and the benchmark's thread
-    # settings, moved to course_tools.bench.threads (-32).
+    # settings, moved to course_tools.bench.threads (-32);
+    # and by 100 more (12,685 -> 12,754) for notebook 04's mean_loss_factor, a prediction asked before its
+    # numbers are shown: measured on 4 replicas, in a fresh process when the kernel has 2 CPUs, and its hints
+    # (+78 lines), less the prediction's number test that adam_update_factor now shares (-9).
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 12700, f"course_utils is {whole} lines"
+    assert whole <= 12800, f"course_utils is {whole} lines"
