@@ -210,5 +210,10 @@ def test_the_core_is_small() -> None:
     # judge (exercises.harness/in_kernel, diagnostics.step_update/factor_of, 05's and 09's checks split);
     # and by 100 more (12,824 -> 12,903) for 05's pitfall_factors, a prediction of four pitfalls'
     # factors that its check measures on four small steps, with a hint for each (+79 lines).
+    # and by 100 more (12,685 -> 12,754) for notebook 04's mean_loss_factor, a prediction asked before its
+    # numbers are shown: measured on 4 replicas, in a fresh process when the kernel has 2 CPUs, and its hints
+    # (+78 lines), less the prediction's number test that adam_update_factor now shares (-9).
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 12950, f"course_utils is {whole} lines"
+    # and by 100 more (12,980 -> 13,080) for 07's and 10's checks judged outside the kernel: worker_input's
+    # and resume_point's harnesses, the course's copy of 10's naive port, train.py's constants.
+    assert whole <= 13100, f"course_utils is {whole} lines"

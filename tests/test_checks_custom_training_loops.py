@@ -30,6 +30,55 @@ def blank(*args, **kwargs):
     raise NotImplementedError("Exercise padded_loss: replace this line with your code")
 
 
+# --------------------------------------------------------------------------- mean_loss_factor
+
+
+def test_mean_loss_factor_is_measured_as_the_replica_count() -> None:
+    """4 replicas (a fresh process: this one has 2 CPUs), each tf.reduce_mean + the whole penalty."""
+    assert ex.mean_loss_factor() == pytest.approx(4.0, abs=1e-5)
+
+
+def test_mean_loss_prediction_passes(capsys) -> None:
+    ex.check_mean_loss_factor(4)
+    ex.check_mean_loss_factor(14.8 / 3.7)
+    assert capsys.readouterr().out.count("[pass] mean_loss_factor") == 2
+
+
+def test_mean_loss_prediction_blank() -> None:
+    fails_with(ex.check_mean_loss_factor, None, "is not done yet")
+
+
+@pytest.mark.parametrize(
+    "prediction, hint",
+    [
+        (1.0, "divides by the examples it holds"),  # tf.reduce_mean taken for the global mean
+        (14.2 / 3.7, "adds the whole penalty"),  # the means summed, the penalty counted once
+        (3.84, "adds the whole penalty"),
+        (4.3 / 3.7, "never averages them"),  # the means averaged, the penalty counted 4 times
+        (2.0, "4 replicas here"),  # the doubling on 2 replicas, carried over
+        (0.25, "nothing divides them"),
+        (16.0, "over its own example"),
+        (3.0, "write what each of the 4 replicas returns"),
+    ],
+)
+def test_mean_loss_wrong_predictions(prediction, hint) -> None:
+    message = fails_with(ex.check_mean_loss_factor, prediction, "Exercise mean_loss_factor", hint)
+    for shown in ("4.00", "4.0x", "measured", "= 4", "is 4"):  # one line, never the answer
+        assert shown not in message, message
+    assert "\n" not in message
+
+
+def test_mean_loss_prediction_not_a_number() -> None:
+    fails_with(ex.check_mean_loss_factor, "4x", "one number")
+    fails_with(ex.check_mean_loss_factor, True, "one number")
+    fails_with(ex.check_mean_loss_factor, float("nan"), "one number")
+
+
+def test_mean_loss_on_two_replicas_is_twice(two_replicas) -> None:
+    """The notebook's two-replica cell: the same sum on 2 replicas is 2 x 3.7."""
+    assert ex.summed_mean_loss(2) == pytest.approx(7.4, abs=1e-5)
+
+
 # --------------------------------------------------------------------------- adam_update_factor
 
 

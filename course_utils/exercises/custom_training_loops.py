@@ -7,6 +7,8 @@ are **padded**: ``mask`` is 1.0 for a real example, 0.0 for a padding slot; the 
 one device computes on the real examples alone (mean cross-entropy plus the model's penalties,
 accuracy).
 
+* ``mean_loss_factor``: predict what a ``tf.reduce_mean`` loss plus the whole penalty sums to on
+  4 replicas, as a multiple of one device's loss; measured by :func:`mean_loss_factor`.
 * ``adam_update_factor``: predict how far Adam's first update moves when every gradient is doubled
   (a ``tf.reduce_mean`` loss on 2 replicas); measured by :func:`adam_update_factor`.
 * ``padded_loss``: ``compute_loss(labels, logits, mask, model_losses)``, one replica's share.
@@ -35,6 +37,8 @@ PENALTIES = (0.3, 0.2)
 #: Real examples in the 16 slots of the check batch: 8 + 3 on two replicas, then 6 + 0.
 REAL = 11
 REAL_ONE_SIDED = 6
+#: Section 3's small numbers: four per-example losses and a penalty (one device: 3.5 + 0.2 = 3.7).
+SMALL_LOSSES, SMALL_PENALTY = (2.0, 3.0, 4.0, 5.0), 0.2
 #: Learning rate of the Adam comparison (the tutorial's).
 ADAM_LEARNING_RATE = 0.001
 #: The dataset_fn check: 24 examples in global batches of 8 (4 per replica on 2 replicas, 2 per
@@ -71,6 +75,79 @@ def _scalar(value: Any, what: str) -> float:
     array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
     expect(array.shape == (), f"{what} should be one number (shape ()), got shape {array.shape}.")
     return float(array)
+
+
+# --------------------------------------------------------------------------- mean_loss_factor
+
+
+def _predicted(prediction: Any, name: str, what: str) -> float:
+    """The number a prediction holds (``NotImplementedError`` while it is the placeholder)."""
+    if prediction is None or prediction is Ellipsis:
+        raise NotImplementedError
+    number = isinstance(prediction, (int, float, np.integer, np.floating)) and type(prediction) is not bool
+    expect(
+        number and math.isfinite(float(prediction)),
+        f"{name} should be one number ({what}), got {prediction!r}.",
+    )
+    return float(prediction)
+
+
+def summed_mean_loss(replicas: int) -> float:
+    """:data:`SMALL_LOSSES` on ``replicas`` replicas (that many CPU devices), each returning
+    ``tf.reduce_mean`` of its slice plus the whole penalty, summed by ``strategy.reduce``."""
+    tf = _tf()
+    strategy, share = compare.checking_strategy(replicas), len(SMALL_LOSSES) // replicas
+    values = strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.constant(SMALL_LOSSES)[share * ctx.replica_id_in_sync_group :][:share]
+    )
+    per_replica = strategy.run(lambda mine: tf.reduce_mean(mine) + SMALL_PENALTY, args=(values,))
+    return float(strategy.reduce("SUM", per_replica, axis=None))
+
+
+@functools.lru_cache(maxsize=1)
+def mean_loss_factor() -> float:
+    """Exercise mean_loss_factor's answer, measured: :func:`summed_mean_loss` on 4 replicas (in a fresh
+    process when TensorFlow has fewer CPUs) over one device's mean plus the penalty."""
+    from ..processes import last_result, run_python
+
+    if len(_tf().config.list_logical_devices("CPU")) >= 4:
+        summed = summed_mean_loss(4)
+    else:
+        code = "import course_utils\ncourse_utils.setup(cpus=4, show_report=False)\n"
+        code += "from course_utils.processes import print_result\nfrom course_utils.exercises import custom_training_loops as ex\n"
+        result = run_python(
+            code + "print_result(ex.summed_mean_loss(4))", replicas=4, env={"COURSE_STRATEGY": "default"}
+        )
+        expect(result.ok, f"the check could not run 4 replicas: {result.error}")
+        summed = float(last_result(result.stdout))
+    return summed / (float(np.mean(SMALL_LOSSES)) + SMALL_PENALTY)
+
+
+def check_mean_loss_factor(prediction: Any) -> None:
+    """``LOSS_FACTOR_ON_4``: the tf.reduce_mean + whole-penalty loss summed over 4 replicas (one
+    example each), as a multiple of one device's loss."""
+    with exercise("mean_loss_factor"):
+        guess = _predicted(prediction, "LOSS_FACTOR_ON_4", "how many times one device's loss")
+        measured, mean, penalty = mean_loss_factor(), float(np.mean(SMALL_LOSSES)), SMALL_PENALTY
+        one_device, penalty_once, means_averaged = mean + penalty, 4 * mean + penalty, mean + 4 * penalty
+        mistakes = {  # a wrong factor: the mistake that gives it
+            1.0: "each replica's tf.reduce_mean divides by the examples it holds, not by the global batch",
+            penalty_once / one_device: "every replica adds the whole penalty, not a share of it",
+            means_averaged / one_device: "the strategy sums the replicas' means, it never averages them",
+            2.0: "there are 4 replicas here, one example each: write what each returns",
+            0.25: "the strategy sums the replicas' values; nothing divides them by the replica count",
+            16.0: "each replica's mean is over its own example: it is that example's loss",
+        }
+        if abs(guess - measured) > 0.02:
+            other = "write what each of the 4 replicas returns (its mean plus the penalty), then add them up"
+            raise ExerciseError(
+                f"not {guess:g}: {next((m for v, m in mistakes.items() if abs(guess - v) <= 0.05), other)}."
+            )
+    passed(
+        "mean_loss_factor",
+        f"measured {measured:.2f} on 4 replicas: each returns its own mean plus the whole penalty, and the "
+        "strategy adds them.",
+    )
 
 
 # --------------------------------------------------------------------------- adam_update_factor
@@ -110,15 +187,7 @@ def adam_update_factor() -> float:
 def check_adam_update_factor(prediction: Any) -> None:
     """``PREDICTION``: Adam's first update with doubled gradients, as a multiple of the right one."""
     with exercise("adam_update_factor"):
-        if prediction is None or prediction is Ellipsis:
-            raise NotImplementedError
-        expect(
-            isinstance(prediction, (int, float, np.floating, np.integer))
-            and not isinstance(prediction, bool)
-            and math.isfinite(float(prediction)),
-            f"PREDICTION should be one number (how many times the right update), got {prediction!r}.",
-        )
-        guess = float(prediction)
+        guess = _predicted(prediction, "PREDICTION", "how many times the right update")
         measured = adam_update_factor()
         if abs(guess - measured) > 0.1:
             if abs(guess - 2.0) < 0.1:
