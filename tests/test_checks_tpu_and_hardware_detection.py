@@ -7,83 +7,13 @@ device and on 2 replicas.
 from __future__ import annotations
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 from checking import blank, fails_with
 
 from course_utils.errors import ExerciseError
 from course_utils.exercises import tpu_and_hardware_detection as ex
-
-# --------------------------------------------------------------------------- tpu_input_fn
-
-
-def input_fn(per_replica: bool = True, drop: bool = True, shard: bool = True):
-    """The TPU guide's dataset_fn; each flag off plants one mistake."""
-
-    def make_dataset_fn(x, y, global_batch):
-        def dataset_fn(ctx):
-            dataset = tf.data.Dataset.from_tensor_slices((x, y))
-            if shard:
-                dataset = dataset.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-            size = ctx.get_per_replica_batch_size(global_batch) if per_replica else global_batch
-            return dataset.batch(size, drop_remainder=drop)
-
-        return dataset_fn
-
-    return make_dataset_fn
-
-
-def test_tpu_input_fn(capsys) -> None:
-    ex.check_tpu_input_fn(input_fn())
-    assert "[pass] tpu_input_fn" in capsys.readouterr().out
-
-
-def test_tpu_input_fn_global_batch_on_every_replica() -> None:
-    fails_with(
-        ex.check_tpu_input_fn,
-        input_fn(per_replica=False),
-        "Exercise tpu_input_fn",
-        "the whole global batch",
-        "get_per_replica_batch_size",
-    )
-
-
-def test_tpu_input_fn_short_last_batch() -> None:
-    fails_with(ex.check_tpu_input_fn, input_fn(drop=False), "batch dimension is None", "drop_remainder=True")
-
-
-def test_tpu_input_fn_every_host_reads_everything() -> None:
-    message = fails_with(ex.check_tpu_input_fn, input_fn(shard=False), "both read examples", "its own share")
-    assert "dataset.shard(" not in message  # the mistake named, not the fix written
-
-
-def test_tpu_input_fn_shuffled_and_blank() -> None:
-    def shuffled(x, y, global_batch):
-        def dataset_fn(ctx):
-            dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=1)
-            return dataset.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
-
-        return dataset_fn
-
-    def as_the_tpu_guide_writes_it(x, y, global_batch):
-        def dataset_fn(ctx):
-            dataset = tf.data.Dataset.from_tensor_slices((x, y))
-            dataset = dataset.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-            dataset = dataset.shuffle(10000).repeat()  # unseeded: another order every run
-            return dataset.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
-
-        return dataset_fn
-
-    for fn in (shuffled, as_the_tpu_guide_writes_it):
-        fails_with(
-            ex.check_tpu_input_fn,
-            fn,
-            "Your dataset_fn shuffles: leave shuffle out here, so the check can compare each step with "
-            "one device's batch.",
-        )
-    fails_with(ex.check_tpu_input_fn, lambda x, y, g: None, "should return a function")
-    fails_with(ex.check_tpu_input_fn, blank, "not done yet")
-
 
 # --------------------------------------------------------------------------- tpu_ready_loop
 
@@ -274,32 +204,6 @@ def test_global_batches_gpus_and_shape() -> None:
 # --------------------------------------------------------------------------- more planted mistakes
 
 
-def test_tpu_input_fn_repeating_dataset_passes(capsys) -> None:
-    # The TPU guide's training datasets repeat: the check reads one pass and must not hang.
-    def repeating(x, y, global_batch):
-        def dataset_fn(ctx):
-            dataset = tf.data.Dataset.from_tensor_slices((x, y))
-            dataset = dataset.shard(ctx.num_input_pipelines, ctx.input_pipeline_id).repeat()
-            return dataset.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
-
-        return dataset_fn
-
-    ex.check_tpu_input_fn(repeating)
-    assert "[pass] tpu_input_fn" in capsys.readouterr().out
-
-
-def test_tpu_input_fn_sharded_by_replica() -> None:
-    def by_replica(x, y, global_batch):
-        def dataset_fn(ctx):
-            dataset = tf.data.Dataset.from_tensor_slices((x, y))
-            dataset = dataset.shard(ctx.num_replicas_in_sync, ctx.input_pipeline_id)
-            return dataset.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
-
-        return dataset_fn
-
-    fails_with(ex.check_tpu_input_fn, by_replica, "On 2 replicas your dataset_fn read one example in 2")
-
-
 def test_tpu_ready_loop_mean_of_replica_losses() -> None:
     fails_with(
         ex.check_tpu_ready_loop, loop(op="MEAN"), "On 2 replicas, the losses of the calls", "reduce(SUM"
@@ -365,103 +269,6 @@ def test_tpu_ready_loop_one_step_too_many_without_drop_remainder() -> None:
         "batch dimension is None",
         "drop_remainder=True",
     )
-
-
-# --------------------------------------------------------------------------- tpu_input_fn: numbers written in
-
-
-def input_fn_with(batch=None, shard=None):
-    """The TPU guide's dataset_fn with ``batch(ctx, global_batch)`` or ``shard(dataset, ctx)`` replaced."""
-
-    def make_dataset_fn(x, y, global_batch):
-        def dataset_fn(ctx):
-            dataset = tf.data.Dataset.from_tensor_slices((x, y))
-            if shard:
-                dataset = shard(dataset, ctx)
-            else:
-                dataset = dataset.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-            size = batch(ctx, global_batch) if batch else ctx.get_per_replica_batch_size(global_batch)
-            return dataset.batch(size, drop_remainder=True)
-
-        return dataset_fn
-
-    return make_dataset_fn
-
-
-def test_tpu_input_fn_replica_count_written_in() -> None:
-    fails_with(
-        ex.check_tpu_input_fn,
-        input_fn_with(batch=lambda ctx, g: g // 2),
-        "On one device your batches hold 4 of the global batch's 8: a replica count written in (/ 2)",
-    )
-    fails_with(
-        ex.check_tpu_input_fn, input_fn_with(batch=lambda ctx, g: g // 8), "a replica count written in (/ 8)"
-    )
-
-
-def test_tpu_input_fn_batch_per_host_not_per_replica() -> None:
-    fails_with(
-        ex.check_tpu_input_fn,
-        input_fn_with(batch=lambda ctx, g: g // ctx.num_input_pipelines),
-        "the whole global batch",
-        "get_per_replica_batch_size",
-    )
-
-
-def test_tpu_input_fn_dividing_by_the_replicas_passes(capsys) -> None:
-    # What get_per_replica_batch_size computes: right, if unguarded against an uneven split.
-    ex.check_tpu_input_fn(input_fn_with(batch=lambda ctx, g: g // ctx.num_replicas_in_sync))
-    assert "[pass] tpu_input_fn" in capsys.readouterr().out
-
-
-def test_tpu_input_fn_shard_count_written_in() -> None:
-    fails_with(
-        ex.check_tpu_input_fn,
-        input_fn_with(shard=lambda d, ctx: d.shard(2, ctx.input_pipeline_id)),
-        "On one device your dataset_fn read one example in 2: a shard count written in",
-    )
-    fails_with(
-        ex.check_tpu_input_fn,
-        input_fn_with(shard=lambda d, ctx: d.shard(8, ctx.input_pipeline_id)),
-        "On one device your dataset_fn gave no whole batch of 8",
-    )
-
-
-def test_tpu_input_fn_shard_by_the_replica_count() -> None:
-    fails_with(
-        ex.check_tpu_input_fn,
-        input_fn_with(shard=lambda d, ctx: d.shard(ctx.num_replicas_in_sync, ctx.input_pipeline_id)),
-        "On 2 replicas your dataset_fn read one example in 2: it shards by the replica count",
-        "shard by ctx.num_input_pipelines",
-    )
-
-
-def test_tpu_input_fn_shard_arguments_swapped() -> None:
-    fails_with(
-        ex.check_tpu_input_fn,
-        input_fn_with(shard=lambda d, ctx: d.shard(ctx.input_pipeline_id, ctx.num_input_pipelines)),
-        "dataset.shard got its arguments the wrong way round",
-    )
-
-
-def test_tpu_input_fn_same_shard_on_every_host() -> None:
-    fails_with(
-        ex.check_tpu_input_fn,
-        input_fn_with(shard=lambda d, ctx: d.shard(ctx.num_input_pipelines, 0)),
-        "On a pod of 2 hosts (input pipelines) both read examples",
-    )
-
-
-def test_tpu_input_fn_repeat_without_drop_remainder() -> None:
-    # A repeated dataset never ends, yet without drop_remainder its batch dimension is still None.
-    def repeated(x, y, global_batch):
-        def dataset_fn(ctx):
-            dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
-            return dataset.batch(ctx.get_per_replica_batch_size(global_batch))
-
-        return dataset_fn
-
-    fails_with(ex.check_tpu_input_fn, repeated, "batch dimension is None", "drop_remainder=True")
 
 
 # --------------------------------------------------------------------------- trace_count
@@ -595,3 +402,210 @@ def test_prediction_hints_never_give_the_answer() -> None:
         told_back = told_back.replace(f"v2-8: {guess['v2-8']}", "").replace(f"v5e-1: {guess['v5e-1']}", "")
         assert "512" not in told_back and "256" not in told_back, message
         assert "8 x 64" not in message and "4 x 64" not in message, message
+
+
+# --------------------------------------------------------------------------- masked_last_batch
+
+
+def evaluate_all_with(
+    pad=True, mask=True, use_mask=True, drop=True, divide_by="real", reduce="SUM", compiled=True, jit=False
+):
+    """The notebook's evaluate_all; each argument changed plants one mistake."""
+
+    def evaluate_all(strategy, model, x, y, global_batch):
+        n = len(x)
+        missing = -n % global_batch if pad else 0
+        weights = np.concatenate([np.ones(n), np.zeros(missing)]).astype("float32")
+        x = np.concatenate([x, np.zeros((missing, *x.shape[1:]), x.dtype)])
+        y = np.concatenate([y, np.zeros(missing, y.dtype)])
+        parts = (x, y, weights) if mask else (x, y)
+        batches = tf.data.Dataset.from_tensor_slices(parts).batch(global_batch, drop_remainder=drop)
+
+        def replica_sum(images, labels, *weight):
+            logits = model(images, training=False)
+            per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+            if weight and use_mask:
+                per_example = per_example * weight[0]
+            return tf.reduce_sum(per_example)
+
+        def eval_step(*batch):
+            per_replica = strategy.run(replica_sum, args=batch)
+            return strategy.reduce(getattr(tf.distribute.ReduceOp, reduce), per_replica, axis=None)
+
+        eval_step = tf.function(eval_step, jit_compile=jit) if compiled else eval_step
+        total = sum(float(eval_step(*batch)) for batch in strategy.experimental_distribute_dataset(batches))
+        return eval_step, total / (n if divide_by == "real" else len(x))
+
+    return evaluate_all
+
+
+def test_masked_last_batch(capsys) -> None:
+    ex.check_masked_last_batch(evaluate_all_with())
+    assert "[pass] masked_last_batch" in capsys.readouterr().out
+
+
+def test_masked_last_batch_padded_without_drop_remainder() -> None:
+    # Whole batches only, so each step has one shape here, but the dataset still says None.
+    fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(drop=False),
+        "On one device, the dataset leaves the batch size unknown (None)",
+        "drop_remainder=True",
+    )
+
+
+def in_graph(pad=True, drop=True):
+    """evaluate_all with the loop over the batches inside one tf.function."""
+
+    def evaluate_all(strategy, model, x, y, global_batch):
+        n = len(x)
+        missing = -n % global_batch if pad else 0
+        weights = np.concatenate([np.ones(n), np.zeros(missing)]).astype("float32")
+        x = np.concatenate([x, np.zeros((missing, *x.shape[1:]), x.dtype)])
+        y = np.concatenate([y, np.zeros(missing, y.dtype)])
+        batches = tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(global_batch, drop_remainder=drop)
+        distributed = strategy.experimental_distribute_dataset(batches)
+
+        def replica_sum(images, labels, weight):
+            logits = model(images, training=False)
+            per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+            return tf.reduce_sum(per_example * weight)
+
+        @tf.function
+        def eval_step(distributed):
+            total = tf.constant(0.0)
+            for batch in distributed:
+                total += strategy.reduce("SUM", strategy.run(replica_sum, args=batch), axis=None)
+            return total
+
+        return eval_step, float(eval_step(distributed)) / n
+
+    return evaluate_all
+
+
+def test_masked_last_batch_in_graph_loop(capsys) -> None:
+    ex.check_masked_last_batch(in_graph())
+    assert "[pass] masked_last_batch" in capsys.readouterr().out
+    fails_with(
+        ex.check_masked_last_batch, in_graph(pad=False, drop=False), "batches of [None] examples", "Pad it"
+    )
+    fails_with(
+        ex.check_masked_last_batch, in_graph(drop=False), "batches of [None] examples", "drop_remainder=True"
+    )
+
+
+def test_masked_last_batch_padded_in_tf_data_passes(capsys) -> None:
+    # Padding made with tf.data and fed through distribute_datasets_from_function: as right.
+    def evaluate_all(strategy, model, x, y, global_batch):
+        real = tf.data.Dataset.from_tensor_slices((x, y, tf.ones(len(x))))
+        padding = tf.data.Dataset.from_tensors((tf.zeros(x.shape[1:]), tf.constant(0, y.dtype), 0.0))
+        data = real.concatenate(padding.repeat(-len(x) % global_batch))
+
+        def dataset_fn(ctx):
+            return data.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
+
+        @tf.function
+        def eval_step(images, labels, weight):
+            def replica_sum(images, labels, weight):
+                logits = model(images, training=False)
+                losses = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+                return tf.reduce_sum(losses * weight)
+
+            return strategy.reduce("SUM", strategy.run(replica_sum, args=(images, labels, weight)), axis=None)
+
+        total = 0.0
+        for batch in strategy.distribute_datasets_from_function(dataset_fn):
+            total += eval_step(*batch)
+        return eval_step, total / len(x)
+
+    ex.check_masked_last_batch(evaluate_all)
+    assert "[pass] masked_last_batch" in capsys.readouterr().out
+
+
+def test_masked_last_batch_drop_remainder_loses_examples() -> None:
+    message = fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(pad=False),
+        "Exercise masked_last_batch",
+        "On one device, 4 of the 44 examples never reached the model",
+        "Pad the last batch",
+    )
+    assert "\n" not in message.strip().splitlines()[-1]
+
+
+def test_masked_last_batch_short_last_batch() -> None:
+    fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(pad=False, drop=False),
+        "On one device, eval_step was compiled for per-replica batches of [4, 8] examples",
+        "Pad it to a whole global batch",
+    )
+
+
+def test_masked_last_batch_padding_without_a_mask() -> None:
+    fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(mask=False),
+        "the padding examples were counted as data, with nothing to tell them apart",
+    )
+
+
+def test_masked_last_batch_mask_ignored() -> None:
+    fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(use_mask=False),
+        "the padding examples were counted as data, your mask never reaches the loss",
+    )
+
+
+def test_masked_last_batch_divided_by_the_padded_count() -> None:
+    fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(divide_by="padded"),
+        "your mean divides by the 48 examples of the padded data",
+    )
+
+
+def test_masked_last_batch_mean_of_the_replicas() -> None:
+    fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(reduce="MEAN"),
+        "On 2 replicas with 44 examples, your loss is 0.500x one device's",
+        "strategy.reduce(SUM",
+    )
+
+
+def test_masked_last_batch_eager_and_blank() -> None:
+    fails_with(
+        ex.check_masked_last_batch, evaluate_all_with(compiled=False), "no tf.function ran strategy.run"
+    )
+    fails_with(ex.check_masked_last_batch, lambda *a: 0.5, "should return (eval_step, loss)")
+    fails_with(ex.check_masked_last_batch, blank, "not done yet")
+
+
+def test_masked_last_batch_whole_data_at_once() -> None:
+    # One compiled call on every example: one device's loss, but no dataset went through the strategy.
+    def whole(strategy, model, x, y, global_batch):
+        @tf.function
+        def eval_step(x, y):
+            def replica(x, y):
+                logits = model(x, training=False)
+                return tf.reduce_mean(
+                    keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+                )
+
+            return strategy.reduce("MEAN", strategy.run(replica, args=(x, y)), axis=None)
+
+        return eval_step, eval_step(tf.constant(x), tf.constant(y))
+
+    fails_with(ex.check_masked_last_batch, whole, "no dataset went through the strategy")
+
+
+def test_masked_last_batch_jit_compiled_on_two_replicas() -> None:
+    # One device passes; on 2 MirroredStrategy replicas one XLA program cannot reach CPU:1's variables.
+    fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(jit=True),
+        "On 2 replicas with 44 examples, a jit_compile=True step",
+        "plain @tf.function",
+    )

@@ -1,9 +1,9 @@
 """Notebook 06: the checks of its exercises (TPU and hardware detection).
 
-``tpu_input_fn`` and ``tpu_ready_loop`` run the student's code on one device and on 2 replicas over
-virtual CPUs: a ``dataset_fn(ctx)`` for ``distribute_datasets_from_function`` (static per-replica
-batches, one share of the examples per input pipeline), and the naive loop without its four TPU faults
-(one trace, only tensors in ``strategy.run``'s args, several steps per call, static shapes, a built
+``masked_last_batch`` and ``tpu_ready_loop`` run the student's code on one device and on 2 replicas
+over virtual CPUs: an evaluation over every example in static shapes (the short last batch padded with
+examples of weight 0, one compiled step, one device's loss), and the naive loop without its four TPU
+faults (one trace, only tensors in ``strategy.run``'s args, several steps per call, static shapes, a built
 optimizer, one device's weights). ``global_batches``, ``trace_count`` and ``replica_batches`` are
 predictions (the last two literals, read by the grader's judge); the checks make their own run.
 """
@@ -210,157 +210,6 @@ def check_replica_batches(prediction: Any) -> None:
     )
 
 
-# --------------------------------------------------------------------------- tpu_input_fn
-
-
-def _ids(element: Any) -> list[int]:
-    """The example ids of one batch: the features of the check data carry them in column 0."""
-    features = element[0] if isinstance(element, (tuple, list)) else element
-    return [int(round(v)) for v in np.asarray(features)[:, 0]]
-
-
-#: At most this many steps are read from a student's dataset: one that repeats (as the TPU guide's
-#: training datasets do) would never end; the whole batches of one pass are all the checks compare.
-MAX_STEPS = EXAMPLES // GLOBAL_BATCH
-
-
-def _steps(strategy: Any, dataset_fn: Callable[[Any], Any]) -> tuple[Any, list[list[list[int]]]]:
-    """The per-replica element spec, and for the first steps each replica's example ids."""
-    dataset = strategy.distribute_datasets_from_function(dataset_fn)
-    steps = [
-        [_ids(t) for t in strategy.experimental_local_results(batch)]
-        for batch in itertools.islice(dataset, MAX_STEPS)
-    ]
-    return dataset.element_spec, steps
-
-
-def _stride(ids: list[int]) -> int:
-    """``k`` when ``ids`` are every ``k``-th example (a shard of ``k``), else 1."""
-    steps = {b - a for a, b in zip(ids, ids[1:])}
-    return steps.pop() if len(steps) == 1 and len(ids) > 2 else 1
-
-
-def _batch_dim(spec: Any) -> Any:
-    """The batch dimension of the features in an element spec (per replica), None when it varies."""
-    tf = _tf()
-    features = spec[0] if isinstance(spec, (tuple, list)) else spec
-    dims = {(v.shape[0] if v.shape.rank else None) for v in tf.nest.flatten(features, expand_composites=True)}
-    return dims.pop() if len(dims) == 1 else None
-
-
-def check_tpu_input_fn(make_dataset_fn: Callable[[Any, Any, int], Any]) -> None:
-    """``make_dataset_fn(x, y, global_batch)`` -> ``dataset_fn(ctx)``: per-replica batches of
-    ``ctx.get_per_replica_batch_size(global_batch)``, ``drop_remainder=True``, sharded by input pipeline."""
-    tf = _tf()
-    with exercise("tpu_input_fn"):
-        x, y = check_data()
-        ids = np.arange(EXAMPLES, dtype=np.float32)
-        x = np.concatenate([ids[:, None], x[:, 1:]], axis=1)  # column 0 names each example
-        dataset_fn = make_dataset_fn(x, y, GLOBAL_BATCH)
-        expect(
-            callable(dataset_fn),
-            f"make_dataset_fn should return a function dataset_fn(ctx), not {type(dataset_fn).__name__}.",
-        )
-        whole = EXAMPLES // GLOBAL_BATCH
-        want = [list(range(s * GLOBAL_BATCH, (s + 1) * GLOBAL_BATCH)) for s in range(whole)]
-
-        try:
-            spec_1, steps_1 = _steps(tf.distribute.get_strategy(), dataset_fn)
-        except tf.errors.InvalidArgumentError as error:
-            expect(
-                "Number of shards" not in str(error) and "Index must be" not in str(error),
-                "dataset.shard got its arguments the wrong way round: the count comes first, "
-                "shard(ctx.num_input_pipelines, ctx.input_pipeline_id).",
-            )
-            raise
-        expect(
-            _batch_dim(spec_1) is not None,
-            f"The batch dimension is None: {EXAMPLES} examples leave a short last batch, a new shape "
-            "that a TPU compiles again. Batch with drop_remainder=True.",
-        )
-        got_1 = [s[0] for s in steps_1]
-        stride = _stride(sum(got_1, []))
-        expect(
-            stride == 1,
-            f"On one device your dataset_fn read one example in {stride}: a shard count written in; "
-            "shard(ctx.num_input_pipelines, ctx.input_pipeline_id), 1 pipeline here.",
-        )
-        sizes = {len(batch) for batch in got_1}
-        size = min(sizes, default=GLOBAL_BATCH)
-        expect(
-            len(sizes) != 1 or size == GLOBAL_BATCH or GLOBAL_BATCH % size,
-            f"On one device your batches hold {size} of the global batch's {GLOBAL_BATCH}: a replica "
-            f"count written in (/ {GLOBAL_BATCH // size}); ctx.get_per_replica_batch_size(global_batch) "
-            f"is {GLOBAL_BATCH} there.",
-        )
-        expect(
-            bool(got_1),
-            f"On one device your dataset_fn gave no whole batch of {GLOBAL_BATCH}: shard and batch with "
-            "ctx.num_input_pipelines and ctx.get_per_replica_batch_size(global_batch), no number written in.",
-        )
-        ids_1 = sum(got_1, [])
-        expect(
-            len(got_1) != whole or sizes != {GLOBAL_BATCH} or ids_1 == sorted(ids_1),
-            "Your dataset_fn shuffles: leave shuffle out here, so the check can compare each step with "
-            "one device's batch.",
-        )
-        expect(
-            got_1 == want,
-            f"On one device, the batches should be the examples in order, {whole} batches of "
-            f"{GLOBAL_BATCH} (ctx.get_per_replica_batch_size({GLOBAL_BATCH}) is {GLOBAL_BATCH} there); "
-            f"got batches of {[len(s) for s in got_1]} starting with {got_1[0][:4] if got_1 else []}.",
-        )
-
-        spec_2, steps_2 = _steps(_two_replicas(), dataset_fn)
-        per_replica = _batch_dim(spec_2)
-        expect(
-            per_replica != GLOBAL_BATCH,
-            f"On 2 replicas each replica gets {GLOBAL_BATCH} examples, the whole global batch, so a step "
-            f"trains on {2 * GLOBAL_BATCH}: dataset_fn must batch by "
-            "ctx.get_per_replica_batch_size(global_batch).",
-        )
-        expect(
-            per_replica == GLOBAL_BATCH // 2,
-            f"On 2 replicas each replica should get {GLOBAL_BATCH // 2} examples, got {per_replica}: "
-            "batch by ctx.get_per_replica_batch_size(global_batch), with drop_remainder=True.",
-        )
-        together = [sum(replicas, []) for replicas in steps_2]
-        stride = _stride(sorted(sum(together, [])))
-        expect(
-            stride == 1,
-            f"On 2 replicas your dataset_fn read one example in {stride}: it shards by the replica count, "
-            "but one input pipeline feeds both replicas here; shard by ctx.num_input_pipelines.",
-        )
-        expect(
-            together == want,
-            "On 2 replicas the examples of a step are not one device's batch: "
-            f"one device trains on {want[0]} first, your replicas on {steps_2[0] if steps_2 else []}.",
-        )
-
-        pod = []
-        for host in (0, 1):
-            context = tf.distribute.InputContext(
-                num_input_pipelines=2, input_pipeline_id=host, num_replicas_in_sync=4
-            )
-            batches = list(itertools.islice(dataset_fn(context), EXAMPLES))  # a batch holds >= 1 example
-            expect(
-                all(len(_ids(b)) == GLOBAL_BATCH // 4 for b in batches),
-                f"With 4 replicas, each batch should hold {GLOBAL_BATCH // 4} examples (8 / 4): "
-                "use ctx.get_per_replica_batch_size(global_batch).",
-            )
-            pod.append({i for b in batches for i in _ids(b)})
-        expect(
-            not pod[0] & pod[1],
-            f"On a pod of 2 hosts (input pipelines) both read examples {sorted(pod[0] & pod[1])[:4]}...: "
-            "each host must read its own share (the InputContext says which).",
-        )
-    passed(
-        "tpu_input_fn",
-        f"static batches of {GLOBAL_BATCH // 2} per replica; on 2 replicas every step holds one device's "
-        "batch of 8; on a 2-host pod each host reads its own half.",
-    )
-
-
 # --------------------------------------------------------------------------- tpu_ready_loop
 
 
@@ -462,16 +311,27 @@ def _not_tensors(structure: Any) -> list[str]:
 
 
 class _Watched:
-    """The strategy the check hands to the student's loop: every call passes through, and
-    ``strategy.run`` also notes the arguments that ``TPUStrategy.run`` could not take."""
+    """The strategy the check hands to the student's code: every call passes through; it notes the args of
+    ``strategy.run`` that ``TPUStrategy.run`` could not take, and keeps the datasets distributed."""
 
     def __init__(self, strategy: Any) -> None:
         self._strategy = strategy
         self.refused: list[str] = []
+        self.runs = 0
+        self.datasets: list[Any] = []
 
     def run(self, fn: Any, args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
+        self.runs += 1
         self.refused += _not_tensors((args, kwargs or {}))
         return self._strategy.run(fn, args=args, kwargs=kwargs, options=options)
+
+    def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
+        self.datasets.append(dataset)
+        return self._strategy.experimental_distribute_dataset(dataset, options)
+
+    def distribute_datasets_from_function(self, dataset_fn: Any, options: Any = None) -> Any:
+        self.datasets.append(dataset_fn)
+        return self._strategy.distribute_datasets_from_function(dataset_fn, options)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._strategy, name)
@@ -616,6 +476,161 @@ def check_tpu_ready_loop(tpu_ready_loop: Callable[..., Any]) -> None:
         "tpu_ready_loop",
         f"traced once; {EXAMPLES // GLOBAL_BATCH} steps of static shape in "
         f"{len(_calls())} calls; the weights and losses of one device on 1 and 2 replicas.",
+    )
+
+
+# --------------------------------------------------------------------------- masked_last_batch
+
+#: masked_last_batch's (examples, replicas): 44 and 43 leave a last batch of 4 and 3 (3 splits unevenly).
+EVAL_RUNS = ((EXAMPLES, 1), (EXAMPLES, 2), (REPLICA_EXAMPLES, 2))
+FEATURES = 6  # of the check data: how the check finds the features in the student's dataset
+MAX_BATCHES = 16  # read at most from a student's dataset (one that repeats would never end)
+#: One device's loss within this (relative): float noise measured <= 5e-8, the nearest wrong answer 6e-2 off.
+LOSS_RTOL = 1e-5
+
+
+def _dataset_rows(source: Any, replicas: int) -> dict[str, Any] | None:
+    """The student's dataset as rows (features, labels, the count of other components: a mask) and
+    whether its batch dimension is static; None where the check cannot tell features from labels."""
+    tf = _tf()
+    if not isinstance(source, tf.data.Dataset):  # a dataset_fn: its only input pipeline
+        source = source(tf.distribute.InputContext(1, 0, replicas))
+    xs, ys, others = [], [], set()
+    for element in itertools.islice(source, MAX_BATCHES):
+        leaves = [np.asarray(v) for v in tf.nest.flatten(element)]
+        feats = [v for v in leaves if v.ndim == 2 and v.shape[-1] == FEATURES and v.dtype.kind == "f"]
+        ints = [v for v in leaves if v.ndim == 1 and v.dtype.kind in "iu"]
+        if len(feats) != 1 or not ints:
+            return None
+        xs.append(feats[0].astype(np.float32))
+        ys.append(ints[0])
+        others.add(len(leaves) - 2)
+    if not xs:
+        return None
+    specs = tf.nest.flatten(source.element_spec)
+    static = all(spec.shape.rank and spec.shape[0] is not None for spec in specs)
+    return dict(features=np.concatenate(xs), labels=np.concatenate(ys), others=max(others), static=static)
+
+
+def _per_example_losses(weights: list, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """One device's loss of each example, from the check model with ``weights``."""
+    import keras
+
+    model, _ = _check_model()
+    model.set_weights(weights)
+    return np.asarray(keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True), np.float64)
+
+
+def _judge_eval(strategy: Any, evaluate: Callable[..., Any], where: str, weights: list, n: int) -> None:
+    """The student's evaluate_all on ``strategy`` with the check model (built in its scope), judged."""
+    tf, replicas = _tf(), strategy.num_replicas_in_sync
+    x, y = check_data(n)
+    with strategy.scope():
+        model, recorder = _check_model()
+        model.set_weights(weights)
+    watched = _Watched(strategy)
+    try:
+        result = evaluate(watched, model, x, y, GLOBAL_BATCH)
+    except tf.errors.InvalidArgumentError as error:  # measured with jit_compile=True on 2 replicas
+        expect(
+            "Trying to access resource" not in str(error),
+            f"{where} a jit_compile=True step, one XLA program, cannot reach the variables on the other "
+            "replica's device here: use a plain @tf.function (a TPU compiles every step with XLA anyway).",
+        )
+        raise
+    expect(
+        isinstance(result, tuple) and len(result) == 2 and np.size(result[1]) == 1,
+        "evaluate_all should return (eval_step, loss): the tf.function that ran strategy.run and the mean "
+        f"loss, one number; got {type(result).__name__}.",
+    )
+    function, loss = result[0], float(result[1])
+    expect(
+        hasattr(function, "experimental_get_tracing_count") and watched.runs,
+        f"{where} no tf.function ran strategy.run (eval_step is {type(function).__name__}): a TPU "
+        "runs only compiled steps. Call strategy.run inside a @tf.function and return that function.",
+    )
+    expect(
+        watched.datasets,
+        f"{where} no dataset went through the strategy: feed eval_step from experimental_distribute_dataset.",
+    )
+    expect(
+        not watched.refused,
+        f"{where} strategy.run got a {', a '.join(dict.fromkeys(watched.refused))} in its args, which "
+        "TPUStrategy.run cannot turn into a tensor: pass only tensors; close over the model.",
+    )
+    rows = _dataset_rows(watched.datasets[0], replicas)
+    if rows is not None:
+        index = {row.tobytes(): i for i, row in enumerate(x)}
+        found = {index.get(row.tobytes(), -1) for row in rows["features"]} - {-1}
+        expect(
+            len(found) == n,
+            f"{where} {n - len(found)} of the {n} examples never reached the model (drop_remainder drops "
+            "the short last batch): an evaluation counts every example. Pad the last batch instead.",
+        )
+    traces = function.experimental_get_tracing_count()
+    dims = sorted({s[0] for s in recorder.shapes}, key=str)
+    whole = rows is not None and len(rows["features"]) % GLOBAL_BATCH == 0  # padded to whole batches
+    unknown = "the dataset leaves the batch size unknown (None), and a TPU compiles for static shapes only: "
+    unknown += "batch with drop_remainder=True, which drops nothing once the data fill whole batches."
+    short = "the short last batch is a new shape: a TPU compiles again. Pad it to a whole global batch."
+    # A `for` over a distributed dataset inside a tf.function loses the per-replica shape on 2 Mirrored
+    # replicas (next(iterator) keeps it): None there is the strategy's when the dataset's shape is static.
+    static = rows is None or rows["static"]
+    known = [d for d in dims if d is not None]
+    expect(
+        len(known) <= 1 and (known or static),
+        f"{where} eval_step was compiled for per-replica batches of {dims} examples: "
+        f"{unknown if whole else short}",
+    )
+    expect(static, f"{where} {unknown}")
+    expect(
+        traces == 1,
+        f"{where} eval_step was traced {traces} times for one shape: a Python value in its arguments "
+        "makes a new trace for each new value; pass it tensors only.",
+    )
+    expect(
+        known in ([], [GLOBAL_BATCH // replicas]),
+        f"{where} each replica's step saw {dims} examples, not {GLOBAL_BATCH // replicas}: batch by the "
+        "global batch and let the strategy split it between the replicas.",
+    )
+    want = float(np.mean(_per_example_losses(weights, x, y)))
+    if abs(loss - want) <= LOSS_RTOL * abs(want):
+        return
+    if rows is not None and len(rows["features"]) > n:
+        every = _per_example_losses(weights, rows["features"], rows["labels"])
+        counted = (every.sum() / n, every.mean())
+        why = "your mask never reaches the loss" if rows["others"] else "with nothing to tell them apart"
+        expect(
+            not any(abs(loss - c) <= LOSS_RTOL * abs(c) for c in counted),
+            f"{where} the padding examples were counted as data, {why}: weight each example's loss by a "
+            "mask, 1 for data and 0 for padding.",
+        )
+        padded = want * n / len(rows["features"])
+        expect(
+            abs(loss - padded) > LOSS_RTOL * abs(padded),
+            f"{where} your mean divides by the {len(rows['features'])} examples of the padded data: divide "
+            "the weighted sum by the number of real examples.",
+        )
+    expect(
+        False,
+        f"{where} your loss is {loss / want:.3f}x one device's mean over every example: add each replica's "
+        "weighted sum with strategy.reduce(SUM, ...) and divide the total by the number of real examples.",
+    )
+
+
+def check_masked_last_batch(evaluate_all: Callable[..., Any]) -> None:
+    """``evaluate_all(strategy, model, x, y, global_batch)`` -> ``(eval_step, loss)``: one device's mean
+    loss over every example, from one compiled step of static shape, on 1 and 2 replicas."""
+    with exercise("masked_last_batch"):
+        weights = [np.array(w) for w in _check_model()[0].get_weights()]
+        for examples, replicas in EVAL_RUNS:
+            where = "On one device," if replicas == 1 else f"On {replicas} replicas with {examples} examples,"
+            strategy = _two_replicas() if replicas == 2 else _tf().distribute.get_strategy()
+            _judge_eval(strategy, evaluate_all, where, weights, examples)
+    passed(
+        "masked_last_batch",
+        f"every one of {EXAMPLES} and {REPLICA_EXAMPLES} examples counted once, in whole global batches of "
+        f"{GLOBAL_BATCH}; traced once; one device's loss on 1 and 2 replicas.",
     )
 
 
