@@ -376,9 +376,15 @@ def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident
         status, message = judged(ident, {name: str(program) for name in entry.functions}, seed=seed)
         assert status == "passed", message
         return
+    import keras
+
     from course_utils.runtime import import_tensorflow
 
-    namespace: dict[str, Any] = {"np": np, "tf": import_tensorflow()}  # what the notebooks imported
+    namespace: dict[str, Any] = {
+        "np": np,
+        "tf": import_tensorflow(),
+        "keras": keras,
+    }  # what the notebooks imported
     import linecache
 
     filename = f"<master {ident}>"  # as IPython does, so that AutoGraph can read the answer's source
@@ -454,7 +460,7 @@ def test_a_harness_runs_the_students_code_in_the_kernel_and_its_mistake_is_named
 def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
     """A kernel that answers a harness with made-up data (no replicas' results, or zeros) fails: the
     judge checks what comes back against its own references, whatever the kernel ran."""
-    for ident, forged in [("global_moments", []), ("replica_dropout", [[], [], []]),
+    for ident, forged in [("global_moments", []), ("replica_dropout", [[], [], []]), ("masked_last_batch", {"pair": False}),
                           ("clip_after_sum", {"update": [0.0], "loss": 0.0, "replicas": 2})]:  # fmt: skip
         ours, theirs = socket.socketpair()
 
@@ -623,3 +629,45 @@ def test_resume_point_is_judged_on_its_answers_without_a_cluster(tmp_path) -> No
         (tmp_path / "train.py").write_text(train.replace(right, body))
         status, message = judged("resume_point", {"PROGRAM": str(tmp_path / "train.py")}, seed=4)
         assert status == "failed" and said in message, (body, message)
+
+
+def test_masked_last_batch_is_judged_on_what_the_kernel_saw() -> None:
+    """masked_last_batch's harness runs the student's evaluate_all in the kernel and sends back what
+    the strategy, the dataset and the model saw; the judge computes every example's loss itself."""
+    import keras
+
+    from course_utils.runtime import import_tensorflow
+
+    tf = import_tensorflow()
+
+    def evaluate_all_with(pad: bool = True, mask: bool = True) -> Callable[..., Any]:
+        def evaluate_all(strategy, model, x, y, global_batch):
+            n, missing = len(x), (-len(x) % global_batch if pad else 0)
+            weights = np.concatenate([np.ones(n), np.zeros(missing)]).astype("float32")
+            x = np.concatenate([x, np.zeros((missing, *x.shape[1:]), x.dtype)])
+            y = np.concatenate([y, np.zeros(missing, y.dtype)])
+            parts = (x, y, weights) if mask else (x, y)
+            batches = tf.data.Dataset.from_tensor_slices(parts).batch(global_batch, drop_remainder=True)
+
+            def replica_sum(images, labels, *weight):
+                per_example = keras.losses.sparse_categorical_crossentropy(
+                    labels, model(images), from_logits=True
+                )
+                return tf.reduce_sum(per_example * weight[0] if weight else per_example)
+
+            @tf.function
+            def eval_step(*batch):
+                return strategy.reduce("SUM", strategy.run(replica_sum, args=batch), axis=None)
+
+            total = sum(
+                float(eval_step(*batch)) for batch in strategy.experimental_distribute_dataset(batches)
+            )
+            return eval_step, total / n
+
+        return evaluate_all
+
+    assert judged("masked_last_batch", {"evaluate_all": evaluate_all_with()}, seed=2)[0] == "passed"
+    status, message = judged("masked_last_batch", {"evaluate_all": evaluate_all_with(pad=False)}, seed=2)
+    assert status == "failed" and "never reached the model" in message, message
+    status, message = judged("masked_last_batch", {"evaluate_all": evaluate_all_with(mask=False)}, seed=2)
+    assert status == "failed" and "nothing to tell them apart" in message, message

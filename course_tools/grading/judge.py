@@ -131,6 +131,7 @@ JUDGED: dict[str, Judged] = {
     "logged_steps": Judged("performance", "check_logged_steps", ("fn:make_logged_steps",)),
     "dataset_fn": Judged("performance", "check_dataset_fn", ("fn:make_dataset_fn",)),
     # the naive port is the notebook's code, not the student's: the judge measures its own copy
+    "masked_last_batch": Judged("tpu_and_hardware_detection", "check_masked_last_batch", ("fn:evaluate_all",)),
     "worker_input": Judged("multi_worker_training", "check_worker_input", ("fn:INPUT",)),
     # the notebook's cluster runs stay the notebook's feedback: the judge asks resume_point's answers
     "resume_point": Judged("multi_worker_training", "check_resume_point", ("fn:PROGRAM", "none:runs"),

@@ -19,6 +19,7 @@ from .. import compare
 from ..checks import exercise, expect, passed
 from ..errors import ExerciseError, ReplicaCountError
 from ..runtime import import_tensorflow as _tf
+from . import harness, in_kernel
 
 #: The data of both coding checks: 44 examples in global batches of 8 (5 whole batches and 4 left over).
 EXAMPLES, GLOBAL_BATCH = 44, 8
@@ -521,9 +522,14 @@ def _per_example_losses(weights: list, x: np.ndarray, y: np.ndarray) -> np.ndarr
     return np.asarray(keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True), np.float64)
 
 
-def _judge_eval(strategy: Any, evaluate: Callable[..., Any], where: str, weights: list, n: int) -> None:
-    """The student's evaluate_all on ``strategy`` with the check model (built in its scope), judged."""
-    tf, replicas = _tf(), strategy.num_replicas_in_sync
+@harness
+def eval_observations(evaluate: Callable[..., Any], replicas: int, weights: list, n: int) -> dict[str, Any]:
+    """The student's ``evaluate_all`` on ``replicas`` replicas with the check model (built in the
+    strategy's scope from ``weights``) and ``n`` examples, as plain data: what it returned and what
+    the strategy, the dataset and the model's shape recorder saw (``jit_error``: the error of a
+    ``jit_compile=True`` step on 2 replicas, which a check names)."""
+    tf = _tf()
+    strategy = _two_replicas() if replicas == 2 else tf.distribute.get_strategy()
     x, y = check_data(n)
     with strategy.scope():
         model, recorder = _check_model()
@@ -532,34 +538,65 @@ def _judge_eval(strategy: Any, evaluate: Callable[..., Any], where: str, weights
     try:
         result = evaluate(watched, model, x, y, GLOBAL_BATCH)
     except tf.errors.InvalidArgumentError as error:  # measured with jit_compile=True on 2 replicas
-        expect(
-            "Trying to access resource" not in str(error),
-            f"{where} a jit_compile=True step, one XLA program, cannot reach the variables on the other "
-            "replica's device here: use a plain @tf.function (a TPU compiles every step with XLA anyway).",
-        )
+        if "Trying to access resource" in str(error):
+            return {"jit_error": True}
         raise
-    expect(
-        isinstance(result, tuple) and len(result) == 2 and np.size(result[1]) == 1,
-        "evaluate_all should return (eval_step, loss): the tf.function that ran strategy.run and the mean "
-        f"loss, one number; got {type(result).__name__}.",
+    seen: dict[str, Any] = {"returned": type(result).__name__, "pair": False}
+    if not (isinstance(result, tuple) and len(result) == 2 and np.size(result[1]) == 1):
+        return seen
+    function = result[0]
+    rows = _dataset_rows(watched.datasets[0], replicas) if watched.datasets else None
+    seen.update(
+        pair=True,
+        loss=float(result[1]),
+        function=type(function).__name__,
+        compiled=hasattr(function, "experimental_get_tracing_count"),
+        runs=watched.runs,
+        datasets=len(watched.datasets),
+        refused=list(watched.refused),
+        rows=rows,
+        traces=int(function.experimental_get_tracing_count())
+        if hasattr(function, "experimental_get_tracing_count")
+        else 0,
+        dims=sorted({s[0] for s in recorder.shapes}, key=str),
     )
-    function, loss = result[0], float(result[1])
+    return seen
+
+
+def _judge_eval(evaluate: Callable[..., Any], replicas: int, where: str, weights: list, n: int) -> None:
+    """The student's evaluate_all on ``replicas`` replicas (:func:`eval_observations`), judged here."""
+    x, y = check_data(n)
+    seen = in_kernel(eval_observations, evaluate, replicas, weights, n)
     expect(
-        hasattr(function, "experimental_get_tracing_count") and watched.runs,
-        f"{where} no tf.function ran strategy.run (eval_step is {type(function).__name__}): a TPU "
+        not seen.get("jit_error"),
+        f"{where} a jit_compile=True step, one XLA program, cannot reach the variables on the other "
+        "replica's device here: use a plain @tf.function (a TPU compiles every step with XLA anyway).",
+    )
+    expect(
+        bool(seen.get("pair")),
+        "evaluate_all should return (eval_step, loss): the tf.function that ran strategy.run and the mean "
+        f"loss, one number; got {seen.get('returned')}.",
+    )
+    loss = float(seen["loss"])
+    expect(
+        bool(seen["compiled"]) and int(seen["runs"]) > 0,
+        f"{where} no tf.function ran strategy.run (eval_step is {seen['function']}): a TPU "
         "runs only compiled steps. Call strategy.run inside a @tf.function and return that function.",
     )
     expect(
-        watched.datasets,
+        int(seen["datasets"]) > 0,
         f"{where} no dataset went through the strategy: feed eval_step from experimental_distribute_dataset.",
     )
     expect(
-        not watched.refused,
-        f"{where} strategy.run got a {', a '.join(dict.fromkeys(watched.refused))} in its args, which "
+        not seen["refused"],
+        f"{where} strategy.run got a {', a '.join(dict.fromkeys(seen['refused']))} in its args, which "
         "TPUStrategy.run cannot turn into a tensor: pass only tensors; close over the model.",
     )
-    rows = _dataset_rows(watched.datasets[0], replicas)
+    rows = seen["rows"]
     if rows is not None:
+        rows = dict(
+            rows, features=np.asarray(rows["features"], np.float32), labels=np.asarray(rows["labels"])
+        )
         index = {row.tobytes(): i for i, row in enumerate(x)}
         found = {index.get(row.tobytes(), -1) for row in rows["features"]} - {-1}
         expect(
@@ -567,18 +604,18 @@ def _judge_eval(strategy: Any, evaluate: Callable[..., Any], where: str, weights
             f"{where} {n - len(found)} of the {n} examples never reached the model (drop_remainder drops "
             "the short last batch): an evaluation counts every example. Pad the last batch instead.",
         )
-    traces = function.experimental_get_tracing_count()
-    dims = sorted({s[0] for s in recorder.shapes}, key=str)
+    traces = int(seen["traces"])
+    dims = list(seen["dims"])
     whole = rows is not None and len(rows["features"]) % GLOBAL_BATCH == 0  # padded to whole batches
     unknown = "the dataset leaves the batch size unknown (None), and a TPU compiles for static shapes only: "
     unknown += "batch with drop_remainder=True, which drops nothing once the data fill whole batches."
     short = "the short last batch is a new shape: a TPU compiles again. Pad it to a whole global batch."
     # A `for` over a distributed dataset inside a tf.function loses the per-replica shape on 2 Mirrored
     # replicas (next(iterator) keeps it): None there is the strategy's when the dataset's shape is static.
-    static = rows is None or rows["static"]
+    static = rows is None or bool(rows["static"])
     known = [d for d in dims if d is not None]
     expect(
-        len(known) <= 1 and (known or static),
+        len(known) <= 1 and (bool(known) or static),
         f"{where} eval_step was compiled for per-replica batches of {dims} examples: "
         f"{unknown if whole else short}",
     )
@@ -625,8 +662,7 @@ def check_masked_last_batch(evaluate_all: Callable[..., Any]) -> None:
         weights = [np.array(w) for w in _check_model()[0].get_weights()]
         for examples, replicas in EVAL_RUNS:
             where = "On one device," if replicas == 1 else f"On {replicas} replicas with {examples} examples,"
-            strategy = _two_replicas() if replicas == 2 else _tf().distribute.get_strategy()
-            _judge_eval(strategy, evaluate_all, where, weights, examples)
+            _judge_eval(evaluate_all, replicas, where, weights, examples)
     passed(
         "masked_last_batch",
         f"every one of {EXAMPLES} and {REPLICA_EXAMPLES} examples counted once, in whole global batches of "
