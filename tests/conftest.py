@@ -19,6 +19,7 @@ TEST_REPLICAS = 2
 
 os.environ.setdefault("COURSE_OFFLINE", "1")
 os.environ.setdefault("COURSE_FAST", "1")
+os.environ.setdefault("COURSE_STRICT_PINS", "1")  # as the Makefile's TEST_ENV: 02's matrix raises on the pins
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

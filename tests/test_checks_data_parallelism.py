@@ -79,13 +79,13 @@ def test_data_parallel_gradient_right_answers_written_other_ways(capsys) -> None
         (lambda n: [1] * len(n), ["On shards 12 + 12", "weight 1 each", "N times", "2.00x"]),
         (
             lambda n: [1 / len(n)] * len(n),
-            ["On shards 4 + 3 + 3", "every replica alike", "a shard of 3 counted as much"],
+            ["On shards 4 + 4 + 2", "every replica alike", "the short shard counted as much as a full one"],
         ),
         (lambda n: [1 / len(n) ** 2] * len(n), ["number of replicas twice", "0.50x"]),
         (lambda n: [k / sum(n) / len(n) for k in n], ["after weighting", "never averages"]),
         (lambda n: [1 / sum(n)] * len(n), ["divided each local mean by the global batch", "0.08x"]),
         (lambda n: list(n), ["never divided by the global batch", "24.00x"]),
-        (lambda n: [k / (n[0] * len(n)) for k in n], ["On shards 4 + 3 + 3", "first shard's size x N"]),
+        (lambda n: [k / (n[0] * len(n)) for k in n], ["On shards 4 + 4 + 2", "first shard's size x N"]),
         (lambda n: [k / (max(n) * len(n)) for k in n], ["first shard's size x N", "SUM of the shard sizes"]),
         (lambda n: [k / len(n) for k in n], ["number of replicas where the global batch"]),
         (lambda n: [k / 64 for k in n], ["the notebook's GLOBAL_BATCH (64)"]),
@@ -111,10 +111,51 @@ def test_data_parallel_gradient_other_wrong_weights_get_the_mistake_not_the_answ
     message = _fails(
         ex.check_data_parallel_gradient,
         _combine(lambda n: [k / sum(n) for k in reversed(n)]),  # each replica given another's share
-        "On shards 4 + 3 + 3",
+        "On shards 4 + 4 + 2",
         "a local mean divides by its own shard, one device by the whole batch",
     )
     assert "alike" not in message and "expected" not in message and "shard size /" not in message
+
+
+def test_data_parallel_gradient_splits_as_tf_distribute_does(capsys, two_replicas) -> None:
+    """The check's shards are tf.distribute's (ceil(B/N) each until the batch runs out), as the
+    notebook's ``shard`` teaches, not np.array_split's (10 over 3: 4 + 4 + 2, not 4 + 3 + 3)."""
+    import tensorflow as tf
+
+    assert [len(s) for s in ex.shard(np.arange(10), 3)] == [4, 4, 2]
+    assert [len(s) for s in ex.shard(np.arange(23), 5)] == [5, 5, 5, 5, 3]
+    batch = tf.data.Dataset.range(7).batch(7)
+    split = two_replicas.experimental_local_results(
+        next(iter(two_replicas.experimental_distribute_dataset(batch)))
+    )
+    assert [int(t.shape[0]) for t in split] == [len(s) for s in ex.shard(np.arange(7), 2)] == [4, 3]
+    ex.check_data_parallel_gradient(RIGHT["data_parallel_gradient"])
+    assert "uneven shards (4 + 4 + 2, 5 + 5 + 5 + 5 + 3, 4 + 3) included." in capsys.readouterr().out
+
+
+def test_data_parallel_gradient_drawn_cases_give_every_replica_an_example() -> None:
+    """At grading time a drawn (replicas, batch) that would leave a replica nothing (6 over 5:
+    2 + 2 + 2 + 0 + 0, a mean of no examples) is drawn again."""
+    import random
+
+    from course_utils import exercises
+
+    seen = []
+
+    def recorded(local_means, shard_sizes):
+        seen.append(list(shard_sizes))
+        return RIGHT["data_parallel_gradient"](local_means, shard_sizes)
+
+    for seed in range(40):
+        exercises.UNSEEN = random.Random(seed)
+        try:
+            ex.check_data_parallel_gradient(recorded)
+        finally:
+            exercises.UNSEEN = None
+    assert min(min(sizes) for sizes in seen) > 0
+    assert {tuple(sizes) for sizes in seen} - {
+        tuple(len(s) for s in ex.shard(np.arange(b), n)) for n, b in ex.GRADIENT_CASES
+    }
 
 
 def test_data_parallel_gradient_wrong_return_type() -> None:
@@ -187,31 +228,40 @@ def test_epoch_traffic_steps_of_the_per_replica_batch() -> None:
     def per_replica_steps(m, examples, batch, n, b=4):
         return -(-examples // batch) * 2 * (n - 1) / n * m * b
 
-    _fails(
+    message = _fails(
         ex.check_epoch_traffic,
         per_replica_steps,
         "replicas=2",
         "on EACH of 2 replicas",
-        "16 steps, not 32",
+        "count global batches",
+        "(yours: 128,000 bytes)",  # 32 steps x 4,000 bytes: the student's own number
     )
+    _no_answer(message)
 
 
 def test_epoch_traffic_forgetting_the_last_batch() -> None:
     def floor(m, examples, batch, n, b=4):
         return examples // (batch * n) * 2 * (n - 1) / n * m * b
 
-    _fails(ex.check_epoch_traffic, floor, "last, shorter batch is a step too", "16 steps, not 15")
+    message = _fails(
+        ex.check_epoch_traffic, floor, "dropped the last, shorter batch", "(yours: 60,000 bytes)"
+    )
+    _no_answer(message)
 
 
 def test_epoch_traffic_one_step_only() -> None:
-    _fails(ex.check_epoch_traffic, lambda m, e, batch, n, b=4: 2 * (n - 1) / n * m * b, "ONE step's traffic")
+    message = _fails(
+        ex.check_epoch_traffic, lambda m, e, batch, n, b=4: 2 * (n - 1) / n * m * b, "ONE step's traffic"
+    )
+    _no_answer(message)
 
 
 def test_epoch_traffic_bytes_that_grow_with_the_batch() -> None:
     def batch_sized(m, examples, batch, n, b=4):  # thinks a bigger batch sends a bigger gradient
         return -(-examples // (batch * n)) * 2 * (n - 1) / n * m * b * batch
 
-    _fails(ex.check_epoch_traffic, batch_sized, "per_replica_batch=32", "whatever the batch size", "32.00x")
+    message = _fails(ex.check_epoch_traffic, batch_sized, "per_replica_batch=32", "whatever the batch size")
+    _no_answer(message)
 
 
 def test_epoch_traffic_one_device_sends_nothing() -> None:
@@ -219,6 +269,13 @@ def test_epoch_traffic_one_device_sends_nothing() -> None:
         return -(-examples // (batch * n)) * 2 * max(n - 1, 1) / n * m * b
 
     _fails(ex.check_epoch_traffic, no_special_case, "should be 0")
+
+
+def _no_answer(message: str) -> None:
+    """An epoch_traffic hint shows neither the steps of the notebook's epoch (16 on 2 replicas) nor
+    the right bytes (64,000 there) nor a ratio to them: only the student's own number."""
+    assert "16" not in message and "64,000" not in message and "x" not in message.split("(yours")[-1]
+    assert "steps, not" not in message
 
 
 def _ring(m, n, w):
@@ -232,20 +289,26 @@ def _epoch_steps(e, b, n):
 @pytest.mark.parametrize(
     "answer, needles",
     [
-        (lambda m, e, b, n, w=4: e / (b * n) * _ring(m, n, w), ["steps are whole", "16 steps, not 15.62"]),
-        (lambda m, e, b, n, w=4: round(e / (b * n)) * _ring(m, n, w), ["round the steps UP", "118 steps"]),
+        (lambda m, e, b, n, w=4: e / (b * n) * _ring(m, n, w), ["steps are whole", "not a fraction"]),
+        (lambda m, e, b, n, w=4: round(e / (b * n)) * _ring(m, n, w), ["round the steps UP", "replicas=8"]),
         (
             lambda m, e, b, n, w=4: _epoch_steps(e, b, n) * (n - 1) / n * m * w,
-            ["reduce-scatter alone", "0.50x"],
+            ["reduce-scatter alone", "(yours: 32,000 bytes)"],
         ),
-        (lambda m, e, b, n, w=4: _epoch_steps(e, b, n) * 2 * (n - 1) * m * w, ["ONE chunk, 1/N", "2.00x"]),
+        (
+            lambda m, e, b, n, w=4: _epoch_steps(e, b, n) * 2 * (n - 1) * m * w,
+            ["ONE chunk, 1/N", "128,000 bytes"],
+        ),
         (lambda m, e, b, n, w=4: _epoch_steps(e, b, n) * n * m * w, ["one parameter server's traffic"]),
         (lambda m, e, b, n, w=4: _epoch_steps(e, b, n) * 2 * m * w, ["the ring's bound, not its traffic"]),
         (
             lambda m, e, b, n, w=4: _epoch_steps(e, b, n) * _ring(m, n, 4),
             ["ignored bytes_per_param (2 here)"],
         ),
-        (lambda m, e, b, n, w=4: _epoch_steps(e, b, n) * _ring(m, n, 1), ["numbers, not bytes", "0.25x"]),
+        (
+            lambda m, e, b, n, w=4: _epoch_steps(e, b, n) * _ring(m, n, 1),
+            ["numbers, not bytes", "16,000 bytes"],
+        ),
     ],
     ids=[
         "fractional steps",
@@ -259,7 +322,9 @@ def _epoch_steps(e, b, n):
     ],
 )
 def test_epoch_traffic_names_each_mistake(answer, needles) -> None:
-    _fails(ex.check_epoch_traffic, answer, "Exercise epoch_traffic", *needles)
+    message = _fails(ex.check_epoch_traffic, answer, "Exercise epoch_traffic", *needles)
+    assert "steps, not" not in message and "x" not in message.split("(yours")[-1]  # no ratio
+    assert "64,000" not in message  # the right bytes of the notebook's first case
 
 
 # --------------------------------------------------------------------------- replica_step

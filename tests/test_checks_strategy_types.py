@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -236,9 +237,10 @@ def first_batch(strategy, x, y, distribute, per_replica_batch):
 
 
 def make_run_and_combine(
-    loss_op=SUM, correct_op=SUM, predicted="gather", distribute=True, per_replica_batch=False
+    loss_op=SUM, correct_op=SUM, predicted="gather", distribute=True, per_replica_batch=False, count=float
 ):
-    """The reference answer, or one of the mistakes real code makes."""
+    """The reference answer, or one of the mistakes real code makes (``count``: how the answer turns
+    the reduced count into a number, ``int`` truncating MEAN's 1.5)."""
 
     def run_and_combine(strategy, step_fn, x, y):
         batch = first_batch(strategy, x, y, distribute, per_replica_batch)
@@ -271,7 +273,7 @@ def make_run_and_combine(
         return {
             "loss": float(loss),
             "predicted": classes,
-            "correct": float(strategy.reduce(correct_op, out["correct"], axis=None)),
+            "correct": count(strategy.reduce(correct_op, out["correct"], axis=None)),
         }
 
     return run_and_combine
@@ -563,6 +565,11 @@ def test_fix_train_step_slices_of_a_constant_size(two_replicas):
 MISTAKES = [
     ("run_and_combine", dict(loss_op=MEAN), "MEAN divides them by the replicas once more"),
     ("run_and_combine", dict(correct_op=MEAN), "a count adds up across replicas"),
+    (
+        "run_and_combine",
+        dict(correct_op=MEAN, count=int),  # int(strategy.reduce(MEAN, ...)): 3 / 2 -> 1
+        "you counted 1 right answers, not 3: a count adds up across replicas .SUM.; MEAN divides it",
+    ),
     ("run_and_combine", dict(predicted="first"), "4 predictions for 7 examples.*strategy.gather"),
     ("run_and_combine", dict(predicted="sum"), "vectors of different lengths: reduce adds"),
     ("run_and_combine", dict(distribute=False), "each replica received all 7 examples: distribute the batch"),
@@ -577,7 +584,12 @@ MISTAKES = [
         dict(predicted="list"),
         "list of the replicas' values of different lengths.*strategy.gather",
     ),
-    ("fix_train_step", dict(own_mean=True), "2.00x one device's: each replica's loss is its own mean"),
+    (
+        "fix_train_step",
+        dict(own_mean=True),  # make_replica_step(model, sgd, len(x) // N)
+        "2.00x one device's: each replica divided its loss by its own share of the examples; the "
+        r"global_batch given to make_replica_step is the whole batch, len\(x\), not one replica's share",
+    ),
     ("fix_train_step", dict(loss_op=MEAN), "combine them with SUM, not MEAN"),
     (
         "fix_train_step",
@@ -598,6 +610,28 @@ def test_a_wrong_answer_gets_its_hint(two_replicas, exercise, mistake, hint):
     answer = make_run_and_combine(**mistake) if exercise == "run_and_combine" else make_train_step(**mistake)
     with pytest.raises(ExerciseError, match=hint):
         getattr(ex, f"check_{exercise}")(answer)
+
+
+def test_fix_train_step_with_one_replicas_share_as_global_batch(two_replicas):
+    """make_replica_step(model, sgd, len(x) // N): the answer uses compute_average_loss, so the hint
+    names the argument it got wrong, not the call."""
+    with pytest.raises(ExerciseError) as info:
+        ex.check_fix_train_step(make_train_step(own_mean=True))
+    message = str(info.value)
+    assert (
+        "global_batch given to make_replica_step is the whole batch, len(x), not one replica's share"
+        in message
+    )
+    assert "with tf.nn.compute_average_loss" not in message
+
+
+def test_run_and_combine_int_of_a_mean_count(two_replicas):
+    """int(strategy.reduce(MEAN, outputs["correct"], axis=None)) truncates 3 / 2 to 1: the MEAN hint,
+    not the generic one."""
+    with pytest.raises(ExerciseError) as info:
+        ex.check_run_and_combine(make_run_and_combine(correct_op=MEAN, count=int))
+    assert "MEAN divides it by the replicas" in str(info.value)
+    assert "the number right should be one device's" not in str(info.value)
 
 
 def test_fix_train_step_not_done_yet():
@@ -647,6 +681,17 @@ def test_reduce_prediction_hint_names_the_mistake_without_the_run(prediction, hi
     own = {f"{v:g}" for v in prediction.values()}
     for number in {"1.5", "0.5", "2.0", "1.0", "1", "2"} - own:
         assert re.search(rf"(?<![\d.]){re.escape(number)}(?![\d.]| replicas)", message) is None, number
+
+
+def test_reduce_prediction_takes_numpy_numbers(capsys):
+    """A prediction computed with NumPy (np.float32(6 / 4) + ...) is a number too."""
+    ex.check_reduce_prediction({"SUM": np.float32(2.0), "MEAN": np.float64(1.0)})
+    ex.check_reduce_prediction({"SUM": np.int64(2), "MEAN": 1})
+    assert capsys.readouterr().out.count("[pass] reduce_prediction") == 2
+    with pytest.raises(ExerciseError, match="You predicted MEAN = SUM = 2: MEAN averages"):
+        ex.check_reduce_prediction({"SUM": np.float32(2.0), "MEAN": np.float32(2.0)})
+    with pytest.raises(ExerciseError, match=r"PREDICTION\['SUM'\] should be a number"):
+        ex.check_reduce_prediction({"SUM": "2.0", "MEAN": 1.0})
 
 
 def test_reduce_prediction_not_done_yet():

@@ -69,6 +69,7 @@ def test_render_matrix_numbers_notes_once_per_distinct_problem():
 
 
 def test_compare_with_pins_passes_the_same_matrix_and_refuses_a_change_on_the_pins(monkeypatch):
+    monkeypatch.setenv(support.STRICT_PINS, "1")  # the course's own tests (TEST_ENV, conftest)
     rows = [Row("broken", "fails: ValueError: boom.", "works")]
     expected = {"broken": ("fails", "works")}
     assert support.compare_with_pins(rows, expected, {"workers agree": True}).startswith("the matrix of")
@@ -81,6 +82,30 @@ def test_compare_with_pins_passes_the_same_matrix_and_refuses_a_change_on_the_pi
     text = support.compare_with_pins(rows, {"broken": ("works", "works")}, {})
     assert "the matrix of TensorFlow 2.99.0" in text and "differs from the pinned stack" in text
     assert "broken: expected ('works', 'works'), found ('fails', 'works')" in text
+
+
+def test_compare_with_pins_never_raises_in_a_students_run(monkeypatch):
+    """Without COURSE_STRICT_PINS=1 (a student's kernel, a grader's run) a difference on the pinned
+    releases, say a patch release of Keras that fixed keras#23085, is listed for the student to read."""
+    import keras
+
+    from course_utils.versions import NEWEST
+
+    monkeypatch.delenv(support.STRICT_PINS, raising=False)
+    monkeypatch.setattr(tf, "__version__", "{}.{}.9".format(*NEWEST["tensorflow"]))
+    monkeypatch.setattr(keras, "__version__", "{}.{}.9".format(*NEWEST["keras"]))
+    rows = [Row("MirroredStrategy, TF defaults", "works", "works")]
+    text = support.compare_with_pins(
+        rows, {"MirroredStrategy, TF defaults": ("works", "fails")}, {"agree": False}
+    )
+    assert text.startswith("the matrix of TensorFlow {}.{}.9".format(*NEWEST["tensorflow"]))
+    assert "differs from the pinned stack" in text
+    assert "MirroredStrategy, TF defaults: expected ('works', 'fails'), found ('works', 'works')" in text
+    assert "no longer true: agree" in text and "upstream changed" not in text
+    monkeypatch.setenv(support.STRICT_PINS, "0")
+    assert "differs from the pinned stack" in support.compare_with_pins(
+        rows, {rows[0].strategy: ("-", "-")}, {}
+    )
 
 
 def test_outcomes_are_read_from_the_last_result_line(capsys):

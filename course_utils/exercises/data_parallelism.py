@@ -24,8 +24,15 @@ def mean_loss_gradient(params: dict, x: np.ndarray, y: np.ndarray) -> dict:
 
 
 #: (replicas, global batch) of ``data_parallel_gradient``'s cases: even shards, one replica, and
-#: uneven shards (``np.array_split`` sizes: 4 + 3 + 3, 5 + 5 + 5 + 4 + 4, 4 + 3).
+#: uneven shards, split as ``tf.distribute`` splits a batch (``shard``): 4 + 4 + 2, 5 + 5 + 5 + 5 + 3, 4 + 3.
 GRADIENT_CASES = [(2, 24), (1, 24), (4, 24), (3, 10), (5, 23), (2, 7)]
+
+
+def shard(a: np.ndarray, replicas: int) -> list[np.ndarray]:
+    """Notebook 01's ``shard``, tf.distribute's split: ceil(len(a) / N) each until ``a`` runs out."""
+    per = -(-len(a) // replicas)
+    return [a[r * per : (r + 1) * per] for r in range(replicas)]
+
 
 #: The notebook's ``GLOBAL_BATCH``: a constant some answers divide by instead of these shards' total.
 NOTEBOOK_GLOBAL_BATCH = 64
@@ -45,7 +52,7 @@ COMBINE_MISTAKES: dict[str, Callable[[list, list], Any]] = {
 }
 COMBINE_HINTS = {
     "added": "you added the local means, weight 1 each: each divides by its own shard, so N times too big",
-    "alike": "you weighted every replica alike (a mean of means): a shard of 3 counted as much as one of 4",
+    "alike": "you weighted every replica alike (a mean of means): the short shard counted as much as a full one",
     "twice": "you divided by the number of replicas twice: size / global batch weights already sum to one",
     "averaged": "you divided by N after weighting by size / B: an all-reduce sums, it never averages",
     "over B": "you divided each local mean by the global batch: multiply it by its shard size first",
@@ -58,7 +65,7 @@ COMBINE_HINTS = {
 
 def _local_means(params: dict, x: np.ndarray, y: np.ndarray, replicas: int) -> tuple[list[dict], list[int]]:
     """Each replica's mean gradient of its own shard (``tf.reduce_mean``'s), and the shard sizes."""
-    shards = list(zip(np.array_split(x, replicas), np.array_split(y, replicas)))
+    shards = list(zip(shard(x, replicas), shard(y, replicas)))
     return [mean_loss_gradient(params, xs, ys) for xs, ys in shards], [len(xs) for xs, _ in shards]
 
 
@@ -78,7 +85,10 @@ def check_data_parallel_gradient(data_parallel_gradient: Callable[[list, list], 
     cases = list(GRADIENT_CASES)
     if drawn is not None:
         replicas = drawn.randint(2, 5)
-        cases.append((replicas, drawn.randint(replicas + 1, 24)))
+        batch = drawn.randint(replicas + 1, 24)
+        while -(-batch // replicas) * (replicas - 1) >= batch:  # a replica with none (6 over 5: 2+2+2+0+0)
+            batch = drawn.randint(replicas + 1, 24)
+        cases.append((replicas, batch))
     params = {"kernel": 0.3 * rng.normal(size=(4, 3)), "bias": 0.1 * rng.normal(size=3)}
     x_all, y_all = rng.normal(size=(24, 4)), rng.integers(0, 3, size=24)
     with exercise("data_parallel_gradient"):
@@ -195,7 +205,7 @@ def check_replica_step(make_replica_step: Callable[..., Any]) -> None:
             )
             pairs = zip(*(strategy.experimental_local_results(g) for g in result))
             parts = [_flat({"kernel": k.numpy(), "bias": b.numpy()}) for k, b in pairs]
-            shards = zip(np.array_split(x.astype(np.float64), replicas), np.array_split(y, replicas))
+            shards = zip(shard(x.astype(np.float64), replicas), shard(y, replicas))
             shares = [_flat(mean_loss_gradient(params, xs, ys)) * len(ys) / batch for xs, ys in shards]
             if not all(np.allclose(p, s, rtol=0, atol=STEP_TOLERANCE) for p, s in zip(parts, shares)):
                 expect(False, _step_hint(parts, shares, batch) + ".")
@@ -289,8 +299,8 @@ TRAFFIC_CASES = [
     (25_636_712, 1_281_167, 32, 64, 2),
 ]
 
-#: Wrong answers to ``epoch_traffic`` that real code contains, and the hint that names each (formatted
-#: with the first case it gets wrong).
+#: Wrong answers to ``epoch_traffic`` that real code contains, and the hint that names each (never a step
+#: count or a ratio to the answer: only the student's own bytes follow it).
 TRAFFIC_MISTAKES: dict[str, Callable[[int, int, int, int, int], float]] = {
     "one step": lambda m, e, b, n, w: _ring_bytes(m, n, w),
     "per replica": lambda m, e, b, n, w: -(-e // b) * _ring_bytes(m, n, w),
@@ -307,11 +317,11 @@ TRAFFIC_MISTAKES: dict[str, Callable[[int, int, int, int, int], float]] = {
     "one device": lambda m, e, b, n, w: _steps(e, b, n) * 2 * max(n - 1, 1) / n * m * w,
 }
 TRAFFIC_HINTS = {
-    "one step": "that is ONE step's traffic; an epoch makes {steps} steps, each all-reducing the gradient",
-    "per replica": "a step takes {batch} examples on EACH of {n} replicas: {steps} steps, not {by_replica}",
-    "floor": "the last, shorter batch is a step too, with a full-size gradient: {steps} steps, not {full}",
-    "fraction": "steps are whole: the last, short batch is one more ({steps} steps, not {fraction:.2f})",
-    "round": "round the steps UP: the last, shorter batch is a step too ({steps} steps)",
+    "one step": "that is ONE step's traffic; an epoch makes many steps, each all-reducing the gradient",
+    "per replica": "a step takes {batch} examples on EACH of {n} replicas: count global batches, not one replica's",
+    "floor": "you dropped the last, shorter batch: it is a step too, with a full-size gradient",
+    "fraction": "steps are whole: the last, short batch is one more step, not a fraction of one",
+    "round": "round the steps UP: the last, shorter batch is a step too",
     "reduce-scatter": "that is the reduce-scatter alone: the all-gather sends as much again",
     "whole chunks": "each of a device's 2 (N-1) sends is ONE chunk, 1/N of the gradient (not all N devices')",
     "server": "that is one parameter server's traffic (N models a step), not a ring device's 2 (N-1)/N",
@@ -354,19 +364,14 @@ def check_epoch_traffic(epoch_traffic: Callable[..., float]) -> None:
             runs.append(((params, examples, batch, n, width), steps, want, float(got)))
         wrong = [run for run in runs if not np.isclose(run[3], run[2], rtol=1e-9, atol=1e-6)]
         if wrong:
-            (params, examples, batch, n, width), steps, want, got = wrong[0]
+            (params, examples, batch, n, width), _, want, got = wrong[0]
             case = (
                 f"epoch_traffic({params:,}, examples={examples:,}, per_replica_batch={batch}, replicas={n})"
             )
-            ratio = f"yours is {got / want:.2f}x" if want else f"yours is {got:,.0f}"
-            facts: dict[str, float] = dict(steps=steps, batch=batch, n=n, width=width)
-            facts.update(full=examples // (batch * n), by_replica=-(-examples // batch))
-            facts["fraction"] = examples / (batch * n)
+            facts = dict(batch=batch, n=n, width=width)
             for name, mistake in TRAFFIC_MISTAKES.items():
                 if all(np.isclose(run[3], mistake(*run[0]), rtol=1e-9, atol=1e-6) for run in runs):
-                    expect(
-                        False, f"{case}: {TRAFFIC_HINTS[name].format(**facts)} ({ratio}, {got:,.0f} bytes)."
-                    )
+                    expect(False, f"{case}: {TRAFFIC_HINTS[name].format(**facts)} (yours: {got:,.0f} bytes).")
             expect(
                 want != 0,
                 f"{case} should be 0: one device has nobody to send to (got {got:,.0f}).",

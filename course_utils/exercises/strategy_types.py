@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import Any, Callable, Optional
 
 from ..checks import exercise, expect, expect_close, passed
@@ -238,8 +239,9 @@ def check_run_and_combine(run_and_combine: Callable[[Any, Any, Any, Any], Any]) 
                     f"{where.capitalize()} your loss is 1/{replicas} of one device's: each replica holds its "
                     "share of the global mean (compute_average_loss); MEAN divides them by the replicas once more.",
                 )
-                expect(
-                    not np.isclose(correct, want_correct / replicas) or want_correct == 0,
+                expect(  # MEAN's 1.5, or int() of it: 1
+                    not (np.isclose(correct, want_correct / replicas) or correct == want_correct // replicas)
+                    or want_correct == 0,
                     f"{where.capitalize()} you counted {correct:g} right answers, not {want_correct:g}: a "
                     "count adds up across replicas (SUM); MEAN divides it by the replicas.",
                 )
@@ -348,8 +350,9 @@ def check_fix_train_step(train_step: Callable[[Any, Any, Any, Any], Any]) -> Non
             )
             expect(
                 replicas == 1 or abs(ratio - replicas) > 0.05,
-                f"{where} your update is {ratio:.2f}x one device's: each replica's loss is its own mean; "
-                "divide by the global batch with tf.nn.compute_average_loss.",
+                f"{where} your update is {ratio:.2f}x one device's: each replica divided its loss by its own "
+                "share of the examples; the global_batch given to make_replica_step is the whole batch, "
+                "len(x), not one replica's share.",
             )
             if replicas > 1:
                 first = TRAIN_EXAMPLES // replicas
@@ -438,7 +441,7 @@ def check_reduce_prediction(prediction: Any) -> None:
             raise NotImplementedError
         for key, value in prediction.items():
             expect(
-                isinstance(value, (int, float)) and value == value,
+                isinstance(value, numbers.Real) and value == value,  # np.float32 too
                 f"PREDICTION[{key!r}] should be a number (got {value!r}).",
             )
         ran = reduce_outcomes()
