@@ -216,4 +216,7 @@ def test_the_core_is_small() -> None:
     assert core <= 3300, f"the core of course_utils is {core} lines"
     # and by 100 more (12,980 -> 13,080) for 07's and 10's checks judged outside the kernel: worker_input's
     # and resume_point's harnesses, the course's copy of 10's naive port, train.py's constants.
-    assert whole <= 13100, f"course_utils is {whole} lines"
+    # and by 100 more (13,095 -> 13,143) for 06's masked_last_batch judged outside the kernel (its harness
+    # records what the strategy, the dataset and the model saw; the judge replays the hints) and 01's
+    # checks splitting a batch as TensorFlow does.
+    assert whole <= 13200, f"course_utils is {whole} lines"
