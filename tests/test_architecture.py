@@ -219,4 +219,6 @@ def test_the_core_is_small() -> None:
     # and by 100 more (13,095 -> 13,143) for 06's masked_last_batch judged outside the kernel (its harness
     # records what the strategy, the dataset and the model saw; the judge replays the hints) and 01's
     # checks splitting a batch as TensorFlow does.
-    assert whole <= 13200, f"course_utils is {whole} lines"
+    # and by 50 more (13,143 -> 13,223) for 08's three cluster checks split into harnesses that run on the
+    # kernel's cluster and verdicts in the judge.
+    assert whole <= 13250, f"course_utils is {whole} lines"

@@ -150,6 +150,35 @@ def _answers(tf: Any) -> dict[str, tuple[str, Any]]:
     }
 
 
+def _judged(check: str, answer: Any, strategy: Any, coordinator: Any) -> str:
+    """The case graded as the grader does: the judge runs the check with stand-ins, the kernel's side
+    (a thread here) runs the check's harness on the cluster; "pass" or the judge's message."""
+    import socket
+    import threading
+
+    from course_tools.grading import answers, judge
+
+    entry = judge.JUDGED[check]
+    served = {entry.functions[0]: answer, "strategy": strategy, "coordinator": coordinator}
+    ours, theirs = socket.socketpair()
+
+    def kernel() -> None:
+        try:
+            with theirs:
+                answers.answer_calls(theirs, check, served)
+        except (EOFError, OSError):
+            pass
+
+    thread = threading.Thread(target=kernel, daemon=True)
+    thread.start()
+    with ours, ours.makefile("rb") as stream:
+        answers.read_message(stream)
+        status, message = judge.judge_one(check, {}, ours, stream)
+        answers.write_message(ours, {"verdict": status, "message": message})
+    thread.join(timeout=60)
+    return "pass" if status == "passed" else message if status == "failed" else f"{status}: {message}"
+
+
 def _run_cases() -> None:
     """In the child: start a 2-worker, 2-ps cluster in this process and grade every answer."""
     import keras  # noqa: F401  (Keras 3 before the strategy, as in the notebook)
@@ -175,6 +204,7 @@ def _run_cases() -> None:
             outcome[case] = str(error)
         except Exception as error:  # noqa: BLE001 - reported, and the test says which case
             outcome[case] = f"not an ExerciseError: {type(error).__name__}: {error}"
+        outcome["judged " + case] = _judged(check, answer, strategy, coordinator)
     print(MARKER + json.dumps(outcome), flush=True)
     os._exit(0)  # the servers cannot be stopped; end the process at once
 
@@ -188,6 +218,15 @@ def outcomes() -> dict[str, str]:
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
     assert lines, f"the cluster cases did not finish (exit {done.returncode}): {done.stderr[-2000:]}"
     return json.loads(lines[-1][len(MARKER) :])
+
+
+def test_the_judge_gives_every_case_the_notebooks_verdict(outcomes: dict[str, str]) -> None:
+    """Graded outside the kernel (the harness on the cluster, the verdict in the judge), every right
+    and wrong answer gets what the notebook's check gives it: the pass, or the same hint."""
+    cases = [c for c in outcomes if not c.startswith("judged ")]
+    assert cases
+    for case in cases:
+        assert outcomes["judged " + case] == outcomes[case], case
 
 
 @pytest.mark.parametrize("case", ["step right", "loop right", "loop fetch_without_join", "input right"])

@@ -30,6 +30,7 @@ import numpy as np
 
 __all__ = [
     "MAX_MESSAGE",
+    "KernelObject",
     "NotPlainData",
     "answer_calls",
     "decode",
@@ -46,6 +47,18 @@ MAX_MESSAGE = 64 * 2**20
 ARRAY_KINDS = "biuf"
 
 
+class KernelObject:
+    """An object only the student's kernel has (the notebook's strategy, its cluster's coordinator),
+    named: it crosses to the kernel as its name, and the kernel hands the harness its own object of
+    that name, one the check cell gave the grader (``serve(ID, strategy=strategy)``)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<the kernel's {self.name}>"
+
+
 class NotPlainData(TypeError):
     """A value that is not plain data (a function, a model, an object of the student's class)."""
 
@@ -56,6 +69,8 @@ def encode(value: Any, depth: int = 0, recipes: Optional[list] = None) -> Any:
     ``course_utils.exercises``) crosses as its recipe, and is listed there in order."""
     if depth > 20:
         raise NotPlainData("nested more than 20 levels deep")
+    if recipes is not None and isinstance(value, KernelObject):
+        return {"__kernel__": value.name}
     if recipes is not None and callable(
         getattr(type(value), "grading_recipe", None) or getattr(value, "__dict__", {}).get("grading_recipe")
     ):
@@ -99,20 +114,23 @@ def encode(value: Any, depth: int = 0, recipes: Optional[list] = None) -> Any:
     raise NotPlainData(f"a {type(value).__name__}")
 
 
-def decode(obj: Any, built: Optional[list] = None) -> Any:
+def decode(obj: Any, built: Optional[list] = None, served: Optional[dict] = None) -> Any:
     """The value :func:`encode` gave ``obj``; ``ValueError`` for anything it would not give. With
-    ``built`` (the kernel, reading the judge's calls), a recipe is rebuilt and listed there in order;
-    without it (the judge, reading the kernel's answers) a recipe is refused."""
+    ``built`` (the kernel, reading the judge's calls), a recipe is rebuilt and listed there in order,
+    and a :class:`KernelObject` is the object of that name in ``served``; without it (the judge,
+    reading the kernel's answers) both are refused."""
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     if isinstance(obj, list):
-        return [decode(v, built) for v in obj]
+        return [decode(v, built, served) for v in obj]
     if isinstance(obj, dict) and len(obj) == 1:
         ((tag, body),) = obj.items()
         if tag == "__tuple__" and isinstance(body, list):
-            return tuple(decode(v, built) for v in body)
+            return tuple(decode(v, built, served) for v in body)
         if tag == "__dict__" and isinstance(body, dict):
-            return {str(k): decode(v, built) for k, v in body.items()}
+            return {str(k): decode(v, built, served) for k, v in body.items()}
+        if tag == "__kernel__" and built is not None and served is not None and body in served:
+            return served[body]
         if tag == "__recipe__" and built is not None:
             from course_utils.exercises import rebuild
 
@@ -207,8 +225,8 @@ def answer_calls(sock: socket.socket, exercise_id: str, functions: dict[str, Cal
                 continue
             built: list = []
             try:
-                args = decode(message.get("args", []), built)
-                kwargs = decode(message.get("kwargs", {"__dict__": {}}), built)
+                args = decode(message.get("args", []), built, functions)
+                kwargs = decode(message.get("kwargs", {"__dict__": {}}), built, functions)
             except ValueError as why:
                 write_message(sock, {"unreadable": f"the grader's call could not be read here ({why})"})
                 continue

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from .answers import NotPlainData, decode, encode, read_message, write_message
+from .answers import KernelObject, NotPlainData, decode, encode, read_message, write_message
 
 #: Virtual CPU devices of the judge's TensorFlow: the most replicas a judged check runs on.
 JUDGE_CPUS = 4
@@ -65,7 +65,9 @@ class Judged:
     from its source): predictions are read (:func:`prediction`), never run; or ``"course:NAME"``
     (the course's own ``NAME`` of the check's module, where the notebook passes its cell's copy) or
     ``"none:NAME"`` (``None``: what only the notebook's kernel has, such as a file its cells wrote,
-    which the check does without).
+    which the check does without) or ``"kernel:NAME"`` (the kernel's own object ``NAME``, such as its
+    cluster's strategy, which only the check's harness, run in the kernel, uses: a
+    :class:`~course_tools.grading.answers.KernelObject`).
     """
 
     module: str
@@ -82,6 +84,11 @@ class Judged:
     @property
     def functions(self) -> tuple[str, ...]:
         return tuple(a[3:] for a in self.args if a.startswith("fn:"))
+
+    @property
+    def handed(self) -> tuple[str, ...]:
+        """The names the kernel hands the grader: the student's functions and the kernel's objects."""
+        return tuple(a.partition(":")[2] for a in self.args if a.startswith(("fn:", "kernel:")))
 
     @property
     def literals(self) -> tuple[str, ...]:
@@ -132,6 +139,14 @@ JUDGED: dict[str, Judged] = {
     "dataset_fn": Judged("performance", "check_dataset_fn", ("fn:make_dataset_fn",)),
     # the naive port is the notebook's code, not the student's: the judge measures its own copy
     "masked_last_batch": Judged("tpu_and_hardware_detection", "check_masked_last_batch", ("fn:evaluate_all",)),
+    # the notebook's cluster is the kernel's: the harness runs the student's code on it, the judge
+    # computes one device's steps itself
+    "ps_train_step": Judged("parameter_servers", "check_ps_train_step",
+                            ("fn:make_train_step", "kernel:strategy", "kernel:coordinator")),
+    "ps_schedule_loop": Judged("parameter_servers", "check_ps_schedule_loop",
+                               ("fn:run_steps", "kernel:strategy", "kernel:coordinator")),
+    "ps_input": Judged("parameter_servers", "check_ps_input",
+                       ("fn:make_per_worker_iterator", "kernel:strategy", "kernel:coordinator")),
     "worker_input": Judged("multi_worker_training", "check_worker_input", ("fn:INPUT",)),
     # the notebook's cluster runs stay the notebook's feedback: the judge asks resume_point's answers
     "resume_point": Judged("multi_worker_training", "check_resume_point", ("fn:PROGRAM", "none:runs"),
@@ -156,7 +171,7 @@ def serve_source(exercise_id: str, check_source: str) -> str:
         imports = [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
     except SyntaxError:
         imports = []
-    handed = ", ".join(f"{name}={name}" for name in judged.functions)
+    handed = ", ".join(f"{name}={name}" for name in judged.handed)
     call = f"_serve({exercise_id!r}{', ' + handed if handed else ''})"
     return "\n".join(imports + ["from course_tools.grading.answers import serve as _serve", call])
 
@@ -478,6 +493,9 @@ def judge_one(
             if kind == "fn":
                 assert conn is not None
                 args.append(Remote(conn, stream, name))
+                continue
+            if kind == "kernel":
+                args.append(KernelObject(name))
                 continue
             if kind in ("course", "none"):
                 args.append(getattr(module, name) if kind == "course" else None)

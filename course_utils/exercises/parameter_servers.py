@@ -18,7 +18,7 @@ import numpy as np
 from .. import compare
 from ..checks import exercise, expect, passed
 from ..devices import quiet_native_logs
-from . import unseen
+from . import harness, in_kernel, unseen
 
 #: The examples and the batch of the coordinator checks: 16 rows of 8 features, batches of 4.
 ROWS, FEATURES, BATCH = 16, 8, 4
@@ -122,6 +122,44 @@ def _schedule(coordinator: Any, step: Any, iterator: Any) -> Any:
         raise
 
 
+@harness
+def ps_step_run(
+    make_train_step: Callable[..., Any], strategy: Any, coordinator: Any, steps: int
+) -> dict[str, Any]:
+    """The student's step scheduled ``steps`` times in turn on the notebook's cluster (one fixed batch,
+    repeated), as plain data: the weights' change after the first step and after all, the losses."""
+    import tensorflow as tf
+
+    _expect_cluster(strategy, coordinator)
+    x, y = _examples(BATCH)
+    model, optimizer = _ps_model(strategy, _weights())
+    step = make_train_step(strategy, model, optimizer)
+    expect(step is not None, "make_train_step must return the step function (a tf.function).")
+    iterator = iter(
+        coordinator.create_per_worker_dataset(lambda: tf.data.Dataset.from_tensors((x, y)).repeat())
+    )
+    _KEEP.extend([step, iterator, model, optimizer])
+    start = compare.flat(model.trainable_variables)
+    losses, first = [], None
+    for _ in range(steps):
+        try:
+            losses.append(_schedule(coordinator, step, iterator).fetch())
+        except (RuntimeError, AttributeError) as error:  # the loss, or apply_gradients, outside a replica
+            expect(
+                "cross replica context" not in str(error) and "merge_call" not in str(error),
+                "Your step ran its loss and gradients outside strategy.run: even with one "
+                "replica per step, call them through strategy.run(replica_fn, args=(features, labels)).",
+            )
+            raise
+        first = compare.flat(model.trainable_variables) - start if first is None else first
+    update = compare.flat(model.trainable_variables) - start
+    return {
+        "first": first if first is not None else np.zeros_like(update),
+        "update": update,
+        "losses": [None if v is None else np.asarray(v, np.float64) for v in losses],
+    }
+
+
 def check_ps_train_step(
     make_train_step: Callable[..., Any], strategy: Any, coordinator: Any, steps: int = 3
 ) -> None:
@@ -131,34 +169,17 @@ def check_ps_train_step(
     Scheduled ``steps`` times in turn on the notebook's cluster (one fixed batch, repeated), it
     must move the weights as ``steps`` one-device steps on that batch do, within float noise.
     """
-    import tensorflow as tf
-
     with _on_the_cluster("ps_train_step"):
-        _expect_cluster(strategy, coordinator)
         x, y = _examples(BATCH)
         weights = _weights()
-        model, optimizer = _ps_model(strategy, weights)
-        step = make_train_step(strategy, model, optimizer)
-        expect(step is not None, "make_train_step must return the step function (a tf.function).")
-        iterator = iter(
-            coordinator.create_per_worker_dataset(lambda: tf.data.Dataset.from_tensors((x, y)).repeat())
-        )
-        _KEEP.extend([step, iterator, model, optimizer])
-        start = compare.flat(model.trainable_variables)
-        losses, first = [], None
-        for _ in range(steps):
-            try:
-                losses.append(_schedule(coordinator, step, iterator).fetch())
-            except (RuntimeError, AttributeError) as error:  # the loss, or apply_gradients, outside a replica
-                expect(
-                    "cross replica context" not in str(error) and "merge_call" not in str(error),
-                    "Your step ran its loss and gradients outside strategy.run: even with one "
-                    "replica per step, call them through strategy.run(replica_fn, args=(features, labels)).",
-                )
-                raise
-            first = compare.flat(model.trainable_variables) - start if first is None else first
-        update = compare.flat(model.trainable_variables) - start
+        run = in_kernel(ps_step_run, make_train_step, strategy, coordinator, steps)
+        losses = list(run["losses"])
+        first, update = np.asarray(run["first"], np.float64), np.asarray(run["update"], np.float64)
         reference = _one_device(np.tile(x, (steps, 1)), np.tile(y, (steps, 1)), weights)
+        expect(
+            len(losses) == steps and first.shape == update.shape == reference.update.shape,
+            f"The cluster ran {len(losses)} of the {steps} steps scheduled.",
+        )
         f = compare.factor(first, reference.first_update)
         expect(
             np.any(update),
@@ -214,6 +235,67 @@ def check_ps_train_step(
     passed("ps_train_step", f"{steps} scheduled steps move the weights as {steps} one-device SGD steps do.")
 
 
+@harness
+def ps_loop_run(run_steps: Callable[..., Any], strategy: Any, coordinator: Any, steps: int) -> dict[str, Any]:
+    """The student's ``run_steps`` on the notebook's cluster with the check's step (it adds 2.0 to a
+    variable and does some work), as plain data: whether every step had finished when it returned, how
+    many ran, what they added, and what it returned (each result a number, or "RemoteValue")."""
+    import tensorflow as tf
+
+    _expect_cluster(strategy, coordinator)
+    with strategy.scope():
+        total = tf.Variable(0.0)
+        count = tf.Variable(0, dtype=tf.int64)
+    work = tf.random.stateless_normal((96, 96), seed=(1, 2))
+
+    @tf.function
+    def step(iterator: Any) -> Any:
+        value = next(iterator)
+        busy = tf.foldl(lambda a, _: tf.tanh(a @ work), tf.range(30), initializer=work)
+        total.assign_add(value + 0.0 * tf.reduce_sum(busy))
+        count.assign_add(1)
+        return value
+
+    iterator = iter(coordinator.create_per_worker_dataset(lambda: tf.data.Dataset.from_tensors(2.0).repeat()))
+    _KEEP.extend([step, iterator, total, count])
+    try:
+        results = run_steps(coordinator, step, iterator, steps)
+        finished = coordinator.done()
+    except TypeError as error:
+        expect(
+            "must be an iterable" not in str(error),
+            "Pass the step's arguments as a tuple: coordinator.schedule(step, args=(iterator,)).",
+        )
+        raise
+    except AttributeError as error:
+        expect(
+            "iterator" not in str(error),
+            "Run each step with coordinator.schedule(step, args=(iterator,)): called directly, "
+            "step(iterator) runs on the coordinator, which holds none of the workers' datasets.",
+        )
+        raise
+    finally:
+        coordinator.join()
+
+    def plain(result: Any) -> Any:
+        if hasattr(result, "fetch"):
+            return "RemoteValue"
+        try:
+            return float(np.asarray(result).reshape(-1)[0])
+        except (TypeError, ValueError, IndexError):
+            return repr(result)[:40]
+
+    listed = isinstance(results, (list, tuple))
+    return {
+        "finished": bool(finished),
+        "count": int(count.numpy()),
+        "total": float(total.numpy()),
+        "results": [plain(r) for r in results] if listed else None,
+        "results_type": type(results).__name__,
+        "results_text": repr(results)[:200],
+    }
+
+
 def check_ps_schedule_loop(
     run_steps: Callable[..., Any], strategy: Any, coordinator: Any, steps: int = 6
 ) -> None:
@@ -227,78 +309,112 @@ def check_ps_schedule_loop(
     import tensorflow as tf
 
     with _on_the_cluster("ps_schedule_loop"):
-        _expect_cluster(strategy, coordinator)
-        with strategy.scope():
-            total = tf.Variable(0.0)
-            count = tf.Variable(0, dtype=tf.int64)
-        work = tf.random.stateless_normal((96, 96), seed=(1, 2))
-
-        @tf.function
-        def step(iterator: Any) -> Any:
-            value = next(iterator)
-            busy = tf.foldl(lambda a, _: tf.tanh(a @ work), tf.range(30), initializer=work)
-            total.assign_add(value + 0.0 * tf.reduce_sum(busy))
-            count.assign_add(1)
-            return value
-
-        iterator = iter(
-            coordinator.create_per_worker_dataset(lambda: tf.data.Dataset.from_tensors(2.0).repeat())
-        )
-        _KEEP.extend([step, iterator, total, count])
-        try:
-            results = run_steps(coordinator, step, iterator, steps)
-            finished = coordinator.done()
-        except TypeError as error:
-            expect(
-                "must be an iterable" not in str(error),
-                "Pass the step's arguments as a tuple: coordinator.schedule(step, args=(iterator,)).",
-            )
-            raise
-        except AttributeError as error:
-            expect(
-                "iterator" not in str(error),
-                "Run each step with coordinator.schedule(step, args=(iterator,)): called directly, "
-                "step(iterator) runs on the coordinator, which holds none of the workers' datasets.",
-            )
-            raise
-        finally:
-            coordinator.join()
+        run = in_kernel(ps_loop_run, run_steps, strategy, coordinator, steps)
         expect(
-            finished,
+            bool(run["finished"]),
             "Your loop returned while steps were still running: schedule() only queues a step. "
             "Call coordinator.join() before you return.",
         )
         expect(
-            int(count.numpy()) == steps,
-            f"run_steps(..., steps={steps}) ran {int(count.numpy())} steps: schedule once per step.",
+            int(run["count"]) == steps,
+            f"run_steps(..., steps={steps}) ran {int(run['count'])} steps: schedule once per step.",
         )
+        results = run["results"]
         expect(
-            isinstance(results, (list, tuple)),
-            f"Return the {steps} results in a list, one per step, not a {type(results).__name__}.",
+            isinstance(results, list),
+            f"Return the {steps} results in a list, one per step, not a {run['results_type']}.",
         )
         expect(
             len(results) == steps,
             f"Return the {steps} results in a list, one per step: yours has {len(results)}.",
         )
-        remote = [r for r in results if hasattr(r, "fetch")]
         expect(
-            not remote,
+            "RemoteValue" not in results,
             "You returned RemoteValues (futures). After join(), read each with .fetch().",
         )
         one_device = tf.Variable(0.0)
         plain = iter(tf.data.Dataset.from_tensors(2.0).repeat())
         for _ in range(steps):
             one_device.assign_add(next(plain))
+        total = float(run["total"])
         expect(
-            abs(float(total.numpy()) - float(one_device.numpy())) < 1e-6,
-            f"The {steps} steps added {float(total.numpy()):g}; on one device they add "
-            f"{float(one_device.numpy()):g}.",
+            abs(total - float(one_device.numpy())) < 1e-6,
+            f"The {steps} steps added {total:g}; on one device they add {float(one_device.numpy()):g}.",
         )
         expect(
-            all(abs(float(np.asarray(r).reshape(-1)[0]) - 2.0) < 1e-6 for r in results),
-            f"Return what each step returned (2.0 each here), not {results!r}.",
+            all(isinstance(r, float) and abs(r - 2.0) < 1e-6 for r in results),
+            f"Return what each step returned (2.0 each here), not {run['results_text']}.",
         )
     passed("ps_schedule_loop", f"{steps} steps scheduled, joined and fetched; the same sum as one device.")
+
+
+@harness
+def ps_input_run(make_iterator: Callable[..., Any], strategy: Any, coordinator: Any) -> dict[str, Any]:
+    """The student's per-worker iterator on the notebook's cluster, as plain data: the batches of more
+    steps than one pass holds (features, labels, the worker that ran it; ``ran_out`` if it ended),
+    then the weights' change after 3 SGD steps one at a time and those steps' batches."""
+    import tensorflow as tf
+
+    x, y = _examples()
+    _expect_cluster(strategy, coordinator)
+    try:
+        iterator = make_iterator(coordinator, x, y, BATCH)
+    except ValueError as error:
+        if "create_per_worker_dataset" in str(error):
+            expect(
+                False,
+                "A dataset made on the coordinator cannot feed the workers: build it inside a "
+                "dataset_fn and pass that to coordinator.create_per_worker_dataset.",
+            )
+        raise
+    name = type(iterator).__name__
+    expect(
+        "PerWorker" in name,
+        f"Return iter(coordinator.create_per_worker_dataset(dataset_fn)), not a {name}.",
+    )
+    expect(
+        "Iterator" in name,
+        f"You returned the per-worker dataset ({name}): a step calls next() on an iterator, so "
+        "return iter(coordinator.create_per_worker_dataset(dataset_fn)).",
+    )
+    model, optimizer = _ps_model(strategy, _weights())
+
+    @tf.function
+    def peek(iterator: Any) -> Any:
+        features, labels = next(iterator)
+        return features, labels, tf.distribute.coordinator.experimental_get_current_worker_index()
+
+    @tf.function
+    def train(iterator: Any) -> Any:
+        features, labels = next(iterator)
+        strategy.run(_reference_step(strategy, model, optimizer, None), args=((features, labels),))
+        return features, labels
+
+    _KEEP.extend([iterator, peek, train, model, optimizer])
+    epoch = -(-ROWS // BATCH)
+    try:
+        seen = [coordinator.schedule(peek, args=(iterator,)) for _ in range(2 * epoch + 2)]
+        coordinator.join()
+        fetched = [r.fetch() for r in seen]
+    except tf.errors.OutOfRangeError:
+        return {"ran_out": True, "seen": [], "batches": [], "update": []}
+    out: dict[str, Any] = {
+        "ran_out": False,
+        "seen": [(np.asarray(f), np.asarray(lab), int(w)) for f, lab, w in fetched],
+        "batches": [],
+        "update": [],
+    }
+    start = compare.flat(model.trainable_variables)
+    try:
+        batches = [_schedule(coordinator, train, iterator).fetch() for _ in range(3)]
+    except Exception as error:  # said by the check after what the batches already tell
+        out["train_error"] = (
+            f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
+        )
+        return out
+    out["batches"] = [(np.asarray(f), np.asarray(lab)) for f, lab in batches]
+    out["update"] = compare.flat(model.trainable_variables) - start
+    return out
 
 
 def check_ps_input(make_iterator: Callable[..., Any], strategy: Any, coordinator: Any) -> None:
@@ -308,58 +424,21 @@ def check_ps_input(make_iterator: Callable[..., Any], strategy: Any, coordinator
     The check runs more steps than one pass over the data holds (an iterator that is not
     repeated ends), then SGD steps one at a time whose batches it replays on one device.
     """
-    import tensorflow as tf
-
     x, y = _examples()
     rows = {tuple(r): i for i, r in enumerate(x.round(5).tolist())}
     with _on_the_cluster("ps_input"):
-        _expect_cluster(strategy, coordinator)
-        try:
-            iterator = make_iterator(coordinator, x, y, BATCH)
-        except ValueError as error:
-            if "create_per_worker_dataset" in str(error):
-                expect(
-                    False,
-                    "A dataset made on the coordinator cannot feed the workers: build it inside a "
-                    "dataset_fn and pass that to coordinator.create_per_worker_dataset.",
-                )
-            raise
-        name = type(iterator).__name__
-        expect(
-            "PerWorker" in name,
-            f"Return iter(coordinator.create_per_worker_dataset(dataset_fn)), not a {name}.",
-        )
-        expect(
-            "Iterator" in name,
-            f"You returned the per-worker dataset ({name}): a step calls next() on an iterator, so "
-            "return iter(coordinator.create_per_worker_dataset(dataset_fn)).",
-        )
         weights = _weights()
-        model, optimizer = _ps_model(strategy, weights)
-
-        @tf.function
-        def peek(iterator: Any) -> Any:
-            features, labels = next(iterator)
-            return features, labels, tf.distribute.coordinator.experimental_get_current_worker_index()
-
-        @tf.function
-        def train(iterator: Any) -> Any:
-            features, labels = next(iterator)
-            strategy.run(_reference_step(strategy, model, optimizer, None), args=((features, labels),))
-            return features, labels
-
-        _KEEP.extend([iterator, peek, train, model, optimizer])
         epoch = -(-ROWS // BATCH)
-        try:
-            seen = [coordinator.schedule(peek, args=(iterator,)) for _ in range(2 * epoch + 2)]
-            coordinator.join()
-            seen = [r.fetch() for r in seen]
-        except tf.errors.OutOfRangeError:
-            expect(
-                False,
-                f"The iterator ran out after one pass over the data ({epoch} batches): a worker may "
-                "run any number of steps, so repeat() the dataset and count steps.",
-            )
+        run = in_kernel(ps_input_run, make_iterator, strategy, coordinator)
+        expect(
+            not run["ran_out"],
+            f"The iterator ran out after one pass over the data ({epoch} batches): a worker may "
+            "run any number of steps, so repeat() the dataset and count steps.",
+        )
+        seen = [(np.asarray(f), np.asarray(lab), int(w)) for f, lab, w in run["seen"]]
+        expect(
+            len(seen) == 2 * epoch + 2, f"The cluster ran {len(seen)} of the {2 * epoch + 2} steps scheduled."
+        )
         sizes = sorted({len(features) for features, _, _ in seen})
         expect(
             sizes == [BATCH],
@@ -384,9 +463,10 @@ def check_ps_input(make_iterator: Callable[..., Any], strategy: Any, coordinator
             "Both workers read the same batches in the same order: shuffle in dataset_fn, seeded with "
             "the worker index.",
         )
-        start = compare.flat(model.trainable_variables)
-        batches = [_schedule(coordinator, train, iterator).fetch() for _ in range(3)]
-        update = compare.flat(model.trainable_variables) - start
+        expect("train_error" not in run, f"3 SGD steps on your batches raised {run.get('train_error')}.")
+        batches = [(np.asarray(f), np.asarray(lab)) for f, lab in run["batches"]]
+        update = np.asarray(run["update"], np.float64)
+        expect(len(batches) == 3, f"The cluster ran {len(batches)} of the 3 SGD steps scheduled.")
         replay = _one_device(
             np.concatenate([b[0] for b in batches]), np.concatenate([b[1] for b in batches]), weights
         )
