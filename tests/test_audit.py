@@ -55,6 +55,15 @@ TRICKS = {
     ),
     "ctypes": ("import ctypes", "imports `ctypes`"),
     "mock": ("from unittest import mock", "imports `unittest`"),
+    # a harness runs in the kernel: replacing it would fake the numbers the judge receives
+    "replace a harness": (
+        "import course_utils.exercises as e\ne.HARNESSES['loss_scaling_pitfalls.moments_on_replicas'] = f",
+        "imports `course_utils.exercises`",
+    ),
+    "replace a harness, from": (
+        "from course_utils.exercises import loss_scaling_pitfalls as m\nm.moments_on_replicas = f",
+        "assigns to `m.moments_on_replicas`",
+    ),
     "IPython hooks": ("get_ipython().events.register('post_run_cell', print)", "calls `get_ipython()`"),
 }
 
