@@ -204,6 +204,8 @@ def test_the_core_is_small() -> None:
     # (run_side_by_side), 06's TPU installer and its attempt() harness, 02's comparison with the pins,
     # 11's runtimes picture and error parsing (+~160), and new exercises (00's global_batch, 11's
     # jax_port_factor, +~70); less 05's average_loss (a repeat of 04's, -72) and the benchmark's thread
-    # settings, moved to course_tools.bench.threads (-32).
+    # settings, moved to course_tools.bench.threads (-32);
+    # and by 50 more for notebook 03's prediction same_rate_loss (its check trains one device and 2
+    # replicas at the same rate, and names two mistakes; exercises/keras_model_fit.py, +60 lines).
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 12700, f"course_utils is {whole} lines"
+    assert whole <= 12750, f"course_utils is {whole} lines"

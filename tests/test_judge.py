@@ -383,3 +383,10 @@ def test_a_strategy_and_a_dataset_cross_as_recipes_and_the_kernel_reports_its_ru
     assert status == "failed" and "never gave the dataset" in message, message
     status, message = judged("global_mean", {"global_mean": mean_of_means}, seed=3)
     assert status == "failed" and "MEAN of the replicas' means" in message, message
+
+
+def test_a_prediction_in_words_is_judged_from_its_literal() -> None:
+    """03's same_rate_loss: the answer is a string read from the source; a wrong one gets its hint."""
+    said = {"HIGHER_LOSS": 'HIGHER_LOSS = None  # "1 device", "2 replicas" or "tie"\nHIGHER_LOSS = "tie"'}
+    status, message = judged("same_rate_loss", {}, said)
+    assert status == "failed" and "Claim 1 matched two replicas of 32" in message

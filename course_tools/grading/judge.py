@@ -95,6 +95,7 @@ JUDGED: dict[str, Judged] = {
     "choose_strategy": Judged("strategy_types", "check_choose_strategy", ("fn:choose_strategy",)),
     "reduce_prediction": Judged("strategy_types", "check_reduce_prediction", ("literal:PREDICTION",)),
     "scaled_batch_and_lr": Judged("keras_model_fit", "check_scaled_batch_and_lr", ("fn:scaled_batch_and_lr",)),
+    "same_rate_loss": Judged("keras_model_fit", "check_same_rate_loss", ("literal:HIGHER_LOSS",)),
     "adam_update_factor": Judged("custom_training_loops", "check_adam_update_factor", ("literal:PREDICTION",)),
     "predict_clip_factor": Judged("loss_scaling_pitfalls", "check_predict_clip_factor", ("literal:PREDICTION",)),
     "lone_example_factor": Judged("loss_scaling_pitfalls", "check_lone_example_factor",
