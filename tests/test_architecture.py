@@ -213,7 +213,6 @@ def test_the_core_is_small() -> None:
     # and by 100 more (12,685 -> 12,754) for notebook 04's mean_loss_factor, a prediction asked before its
     # numbers are shown: measured on 4 replicas, in a fresh process when the kernel has 2 CPUs, and its hints
     # (+78 lines), less the prediction's number test that adam_update_factor now shares (-9).
-    assert core <= 3300, f"the core of course_utils is {core} lines"
     # and by 100 more (12,980 -> 13,080) for 07's and 10's checks judged outside the kernel: worker_input's
     # and resume_point's harnesses, the course's copy of 10's naive port, train.py's constants.
     # and by 100 more (13,095 -> 13,143) for 06's masked_last_batch judged outside the kernel (its harness
@@ -221,4 +220,7 @@ def test_the_core_is_small() -> None:
     # checks splitting a batch as TensorFlow does.
     # and by 50 more (13,143 -> 13,223) for 08's three cluster checks split into harnesses that run on the
     # kernel's cluster and verdicts in the judge.
-    assert whole <= 13250, f"course_utils is {whole} lines"
+    # and by 60 more (13,223 -> 13,283) for notebook 03's prediction same_rate_loss (its check trains one device and 2
+    # replicas at the same rate, and names two mistakes; exercises/keras_model_fit.py, +60 lines).
+    assert core <= 3300, f"the core of course_utils is {core} lines"
+    assert whole <= 13300, f"course_utils is {whole} lines"

@@ -406,3 +406,42 @@ def test_a_planted_mistake_gets_its_hint(exercise, mistake, hint):
     assert message.startswith(f"Exercise {exercise}:")
     assert hint in message
     assert "per_replica_batch *" not in message  # never the answer's code
+
+
+# --------------------------------------------------------------------------- same_rate_loss
+
+
+def test_same_rate_loss_passes_and_shows_the_runs(capsys):
+    ex.check_same_rate_loss("2 replicas")
+    out = capsys.readouterr().out
+    assert "[pass] same_rate_loss: 2 replicas x 32 took 32 steps to one device's 64" in out
+    ex.check_same_rate_loss(" 2 Replicas ")  # case and spaces aside
+
+
+def test_same_rate_loss_runs_end_far_apart():
+    """The hints assume the check's 2-replica run ends higher, by far more than a tie's margin."""
+    runs = ex.same_rate_runs()
+    (one_steps, one), (two_steps, two) = runs["1 device"], runs["2 replicas"]
+    assert (one_steps, two_steps) == (64, 32)
+    assert two - one > 10 * ex.SAME_RATE_TIE
+
+
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        # a bigger global batch averages a less noisy gradient, so it must learn more per epoch
+        ("1 device", "less noisy gradient of the bigger global batch"),
+        # claim 1 read as "replicas change nothing"
+        ("tie", "Claim 1 matched two replicas of 32 with one device at batch 64, not 32"),
+        # the run's label, not one of the three answers
+        ("2 replicas x 32", 'Set HIGHER_LOSS to one of "1 device", "2 replicas", "tie"'),
+        (2, "Set HIGHER_LOSS to one of"),
+        (None, "is not done yet"),
+    ],
+)
+def test_same_rate_loss_mistakes(answer, hint):
+    message = _hint(ex.check_same_rate_loss, answer)
+    assert message.startswith("Exercise same_rate_loss")
+    assert hint in message
+    if answer in ("1 device", "tie"):  # the mistake named, never the answer
+        assert "2 replicas" not in message and "higher" not in message

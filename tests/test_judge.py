@@ -673,3 +673,10 @@ def test_masked_last_batch_is_judged_on_what_the_kernel_saw() -> None:
     assert status == "failed" and "never reached the model" in message, message
     status, message = judged("masked_last_batch", {"evaluate_all": evaluate_all_with(mask=False)}, seed=2)
     assert status == "failed" and "nothing to tell them apart" in message, message
+
+
+def test_a_prediction_in_words_is_judged_from_its_literal() -> None:
+    """03's same_rate_loss: the answer is a string read from the source; a wrong one gets its hint."""
+    said = {"HIGHER_LOSS": 'HIGHER_LOSS = None  # "1 device", "2 replicas" or "tie"\nHIGHER_LOSS = "tie"'}
+    status, message = judged("same_rate_loss", {}, said)
+    assert status == "failed" and "Claim 1 matched two replicas of 32" in message

@@ -109,6 +109,7 @@ JUDGED: dict[str, Judged] = {
     "reduce_prediction": Judged("strategy_types", "check_reduce_prediction", ("literal:PREDICTION",)),
     "scaled_batch_and_lr": Judged("keras_model_fit", "check_scaled_batch_and_lr", ("fn:scaled_batch_and_lr",)),
     "mean_loss_factor": Judged("custom_training_loops", "check_mean_loss_factor", ("literal:LOSS_FACTOR_ON_4",)),
+    "same_rate_loss": Judged("keras_model_fit", "check_same_rate_loss", ("literal:HIGHER_LOSS",)),
     "adam_update_factor": Judged("custom_training_loops", "check_adam_update_factor", ("literal:PREDICTION",)),
     "pitfall_factors": Judged("loss_scaling_pitfalls", "check_pitfall_factors", ("literal:FACTORS",)),
     "predict_clip_factor": Judged("loss_scaling_pitfalls", "check_predict_clip_factor", ("literal:PREDICTION",)),

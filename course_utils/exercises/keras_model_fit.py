@@ -9,6 +9,7 @@ device, and compares the weights (:func:`course_utils.compare.mismatch`).
   uneven last batch is a mean of means; an uneven first batch makes ``fit`` raise).
 * :func:`check_fit_resumable` - ``fit`` with ``keras.callbacks.BackupAndRestore``: interrupted,
   then resumed, it must end where an uninterrupted run on one device ends.
+* :func:`check_same_rate_loss` - predict which ends an epoch higher, one device or 2 replicas at the same rate.
 * :func:`check_scaled_batch_and_lr` - the global batch and the linearly scaled learning rate.
 """
 
@@ -406,6 +407,65 @@ def check_fit_resumable(fit_resumable: Callable[..., Any], strategy: Any = None)
         exercise_id,
         f"backup after the interruption ({', '.join(saved)}); resumed at epoch {RESUME_AT}; 2 replicas "
         f"end with the weights of an uninterrupted run on one device (mismatch {compare.below(SAME)}).",
+    )
+
+
+# --------------------------------------------------------------------------- same_rate_loss
+
+#: One epoch of SGD(0.05) over the check's 2,048 images, 32 per replica per step; the answers it takes.
+SAME_RATE_EXAMPLES, SAME_RATE_PER_REPLICA, SAME_RATE_LR = 2048, 32, 0.05
+SAME_RATE_CHOICES = ("1 device", "2 replicas", "tie")
+#: Test losses closer than this tie: runs that train alike differ by float noise (~1e-6); the
+#: check's two runs end 0.26 apart (measured), the notebook's CNN 0.9 apart.
+SAME_RATE_TIE = 0.01
+
+
+def same_rate_runs() -> dict[str, tuple[int, float]]:
+    """``{"1 device": (steps, test loss), "2 replicas": (steps, test loss)}`` after the epoch."""
+    import tensorflow as tf
+
+    from ..synthetic import make_images
+
+    images, labels = _check_images(SAME_RATE_EXAMPLES)
+    test_images, test_labels = make_images("mnist", 1000, seed=304)
+    runs = {}
+    for name, where in (("1 device", _one_device()), ("2 replicas", _need_two_replicas())):
+        with where.scope():
+            model = _sgd_model(SAME_RATE_LR)
+        batch = SAME_RATE_PER_REPLICA * where.num_replicas_in_sync
+        model.fit(tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch), epochs=1, verbose=0)
+        loss = model.evaluate(test_images.astype(np.float32) / 255.0, test_labels, batch_size=250, verbose=0)
+        runs[name] = (_iterations(model), float(np.ravel(loss)[0]))
+    return runs
+
+
+def check_same_rate_loss(prediction: Any) -> None:
+    """``HIGHER_LOSS``: which of one device at batch 32 and 2 replicas x 32, at the same rate, ends
+    the epoch with the higher test loss (or "tie"); the hints name a mistake, never the run."""
+    with exercise("same_rate_loss"):
+        if prediction is None or prediction is Ellipsis:
+            raise NotImplementedError
+        said = prediction.strip().lower() if isinstance(prediction, str) else prediction
+        choices = ", ".join(f'"{choice}"' for choice in SAME_RATE_CHOICES)
+        expect(said in SAME_RATE_CHOICES, f"Set HIGHER_LOSS to one of {choices} (got {prediction!r}).")
+        (one_steps, one), (two_steps, two) = same_rate_runs().values()
+        ran = "tie" if abs(two - one) < SAME_RATE_TIE else ("2 replicas" if two > one else "1 device")
+        mistakes = {  # when the 2-replica run ends higher, as the check's runs do (a test fixes it)
+            "1 device": "You expected the less noisy gradient of the bigger global batch to learn more per "
+            "epoch; count each run's steps, and how far one step moves at the same rate.",
+            "tie": "Claim 1 matched two replicas of 32 with one device at batch 64, not 32: the added "
+            "replica changed the global batch, hence the number of steps in the epoch.",
+        }
+        if ran == "2 replicas":
+            expect(said not in mistakes, mistakes.get(said, ""))
+        expect(
+            said == ran, "Not what the check's runs measured: compare how many steps each takes in the epoch."
+        )
+    passed(
+        "same_rate_loss",
+        f"2 replicas x {SAME_RATE_PER_REPLICA} took {two_steps} steps to one device's {one_steps} at rate "
+        f"{SAME_RATE_LR} and ended at test loss={two:.2f} against loss={one:.2f} (the check's model and "
+        f"{SAME_RATE_EXAMPLES:,} images).",
     )
 
 
