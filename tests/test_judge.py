@@ -680,3 +680,18 @@ def test_a_prediction_in_words_is_judged_from_its_literal() -> None:
     said = {"HIGHER_LOSS": 'HIGHER_LOSS = None  # "1 device", "2 replicas" or "tie"\nHIGHER_LOSS = "tie"'}
     status, message = judged("same_rate_loss", {}, said)
     assert status == "failed" and "Claim 1 matched two replicas of 32" in message
+
+
+def test_the_judge_says_which_verdicts_rest_on_the_kernels_report() -> None:
+    """A harness or a recipe makes the kernel run course code around the answer: the judge marks
+    such a verdict observed (the audit's findings then flag a pass); a function of numbers is not."""
+    right = data_parallelism.reference_solutions()
+    judge.OBSERVED.clear()
+    assert judged("epoch_traffic", {"epoch_traffic": right["epoch_traffic"]}, seed=2)[0] == "passed"
+    assert not judge.OBSERVED
+    from course_utils.runtime import import_tensorflow
+
+    tf = import_tensorflow()
+    judged("global_moments", {"global_moments": lambda x: tf.nn.moments(x, axes=[0])}, seed=2)
+    assert judge.OBSERVED == ["global_moments"] * len(judge.OBSERVED) and judge.OBSERVED
+    judge.OBSERVED.clear()

@@ -412,6 +412,24 @@ def test_a_judged_pass_that_calls_the_courses_own_code_is_flagged() -> None:
     assert result.status is Status.FAILED
 
 
+def test_a_pass_that_rests_on_the_kernels_report_is_flagged_by_any_trick() -> None:
+    """Where a harness ran the answer in the kernel, a patch there (numpy, TensorFlow) could fake
+    what it reported: a judged pass with any finding is flagged; a failure stays a failure."""
+    patch = (Finding("ex", 2, "assigns to `np.mean`, an attribute of a module"),)
+    nb = graded(findings=patch, judged=True)
+    passed = run(
+        ran(cell("ok"), cell("ok")), judged={"ex": ("passed", "4 each.")}, observed=frozenset({"ex"})
+    )
+    (result,) = verdict.of_run(nb, passed, OPTIONS).exercises
+    assert result.status is Status.FLAGGED, result
+    plain = run(ran(cell("ok"), cell("ok")), judged={"ex": ("passed", "4 each.")})
+    (result,) = verdict.of_run(nb, plain, OPTIONS).exercises
+    assert result.status is Status.PASSED  # a function of numbers: nothing in the kernel to fake
+    failed = run(ran(cell("ok"), cell("ok")), judged={"ex": ("failed", "no.")}, observed=frozenset({"ex"}))
+    (result,) = verdict.of_run(nb, failed, OPTIONS).exercises
+    assert result.status is Status.FAILED
+
+
 def test_packages_changed_during_a_run_grade_nothing() -> None:
     the_run = run(ran(cell("ok"), cell("ok", PASS)), tampered="the course's packages changed")
     _, result = decide(graded(), the_run)

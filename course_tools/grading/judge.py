@@ -18,7 +18,7 @@ and what it sends is judged, never trusted as a verdict. The judge's records go 
 through this process's standard output, each with an HMAC under a key the kernel never sees: the
 sandbox puts the kernel in its own PID namespace, and without it a line the kernel writes into this
 pipe through /proc does not verify. Only the run's own kernel is answered (its process descends from
-the run's). One record a line: ``{"exercise", "status", "message"}`` for each exercise judged, then
+the run's). One record a line: ``{"exercise", "status", "message", "observed"}`` for each exercise judged, then
 ``{"end": true}``; an exercise the judge gave no verdict is not graded. One judge serves a grader's
 runs one after another (:func:`main`), each under a key of its own.
 """
@@ -208,6 +208,13 @@ def rebuilt(raised: Any) -> Exception:
     return type(name, (StudentRaised,), {})(message)
 
 
+#: The student's functions of the exercise being judged whose calls made the kernel run course code
+#: around them (a harness, a recipe's strategy): what comes back is the kernel's report of what
+#: happened, which a patch in the kernel (numpy, TensorFlow) could fake, so the audit's findings in
+#: such an answer flag a pass. Emptied before each exercise (:func:`serve_run`).
+OBSERVED: list[str] = []
+
+
 class Remote:
     """The student's function ``name``, called in the kernel over ``conn``."""
 
@@ -231,6 +238,8 @@ class Remote:
             "args": encode(list(args), 0, recipes),
             "kwargs": encode(kwargs, 0, recipes),
         }
+        if extra or recipes:
+            OBSERVED.append(self.name)  # the kernel reports what it saw: course code ran around the answer
         try:
             write_message(self.conn, message)
             reply = read_message(self.stream)
@@ -647,11 +656,13 @@ def serve_run(job: dict, inbox: "queue.Queue[Optional[dict]]", records: Any) -> 
             judged.add(ident)
             # The cases drawn at grading time: this run's seed and the exercise, whatever ran before.
             course_utils_exercises().UNSEEN = random.Random(f"{seed}:{ident}")
+            OBSERVED.clear()
             try:
                 status, message = judge_one(ident, exercises[ident], conn, stream)
             except Exception as error:  # the grader's own bug: said as such, never the student's
                 status, message = "error", f"the grader failed: {type(error).__name__}: {error}"
-            _record(records, {"exercise": ident, "status": status, "message": message}, key)
+            record = {"exercise": ident, "status": status, "message": message, "observed": bool(OBSERVED)}
+            _record(records, record, key)
             with contextlib.suppress(OSError):
                 write_message(conn, {"verdict": status, "message": message})
     controller.join()

@@ -73,6 +73,8 @@ class RunResult:
     run_peak_bytes: int = 0
     #: The judge's verdicts (:mod:`.judge`): exercise id -> ``(status, message)``.
     judged: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    #: The judged exercises whose verdicts rest on what the kernel reported (a harness, a recipe).
+    observed: frozenset[str] = frozenset()
     #: Why the judge's verdicts cannot be used ("" when they can, or when nothing was judged).
     judge_failed: str = ""
     #: Why no grade of this run can be trusted ("" when it can): the course's packages changed.
@@ -346,9 +348,10 @@ class Judge:
         """Tell the judge which process runs the notebook: only its descendants are answered."""
         self.process.send({"run": run_pid})
 
-    def finish(self) -> tuple[dict[str, tuple[str, str]], str]:
+    def finish(self) -> tuple[dict[str, tuple[str, str]], str, frozenset[str]]:
         """Tell the judge the run is over and wait for its end record: its verdicts (the first for
-        each exercise), and why exercises without one were not judged ("" when it ended normally).
+        each exercise), why exercises without one were not judged ("" when it ended normally), and
+        the exercises whose verdicts rest on what the kernel reported it saw (``observed``).
         A judge that ended normally waits for the next run; one that did not is ended."""
         self.process.send({"end": True})
         self.thread.join(timeout=30)
@@ -359,14 +362,17 @@ class Judge:
         else:
             self.process.close(kill=True)
         verdicts: dict[str, tuple[str, str]] = {}
+        observed = frozenset(
+            str(r["exercise"]) for r in self.records if "exercise" in r and r.get("observed")
+        )
         for r in self.records:
             if "exercise" in r:
                 verdicts.setdefault(str(r["exercise"]), (str(r.get("status")), str(r.get("message", ""))))
         if not self.listening:
-            return {}, "the judge did not start"
+            return {}, "the judge did not start", frozenset()
         if not ended:
-            return verdicts, f"the judge did not finish (exit code {self.process.proc.returncode})"
-        return verdicts, ""
+            return verdicts, f"the judge did not finish (exit code {self.process.proc.returncode})", observed
+        return verdicts, "", observed
 
 
 def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions) -> RunResult:
@@ -442,7 +448,7 @@ def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions)
     end_orphans()
     thread.join(timeout=10)
     peak.stop()
-    judged, judge_failed = judging.finish() if judging else ({}, "")
+    judged, judge_failed, observed = judging.finish() if judging else ({}, "", frozenset())
     changed = course_changed(before)
     seconds = time.monotonic() - start
     try:
@@ -462,6 +468,7 @@ def run(graded: GradedNotebook, name: str, work_root: Path, options: RunOptions)
         kernel_peak_bytes=peak.part_bytes,
         run_peak_bytes=peak.bytes,
         judged=judged,
+        observed=observed,
         judge_failed=judge_failed,
         tampered=changed,
     )

@@ -258,8 +258,11 @@ def of_run(graded: GradedNotebook, run: RunResult, options: RunOptions) -> Verdi
         if case.judged:
             # Judged outside the kernel, no trick on the check can change the verdict: what the
             # audit saw is a note. One thing the judge cannot tell from solving the exercise is an
-            # answer that calls the course's own code: a pass that does is flagged for a person.
-            borrowed = [f for f in findings if audit.borrows(f)]
+            # answer that calls the course's own code: a pass that does is flagged for a person. And
+            # where the verdict rests on what the kernel reported (a harness ran the answer there), a
+            # patch in the kernel could fake that report: a pass with any finding is flagged too.
+            observed = ex.id in run.observed
+            borrowed = [f for f in findings if observed or audit.borrows(f)]
             if borrowed and result.status is Status.PASSED:
                 exercises.append(audited(result, borrowed))
             else:
