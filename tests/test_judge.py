@@ -695,3 +695,17 @@ def test_the_judge_says_which_verdicts_rest_on_the_kernels_report() -> None:
     judged("global_moments", {"global_moments": lambda x: tf.nn.moments(x, axes=[0])}, seed=2)
     assert judge.OBSERVED == ["global_moments"] * len(judge.OBSERVED) and judge.OBSERVED
     judge.OBSERVED.clear()
+
+
+def test_a_served_check_cell_keeps_its_lines_but_the_checks_call() -> None:
+    """07's restart_step check cell also binds RESTART_PREDICTION, which a later cell reads: the
+    graded cell keeps it (and the imports) and drops only the call of the check."""
+    import nbformat
+
+    from course_tools.cellmeta import exercise_id, role
+
+    nb = nbformat.read(ROOT / "solutions" / "07_multi_worker_training.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if role(c) == "check" and exercise_id(c) == "restart_step")
+    served = judge.serve_source("restart_step", cell.source)
+    assert "RESTART_PREDICTION = PREDICTION" in served and "check_restart_step" not in served
+    assert served.splitlines()[-1] == "_serve('restart_step')"

@@ -164,12 +164,20 @@ JUDGED: dict[str, Judged] = {
 
 
 def serve_source(exercise_id: str, check_source: str) -> str:
-    """The graded notebook's cell for a judged exercise: the check cell's imports (later cells
-    may use them), then the kernel's side, which only answers the judge."""
+    """The graded notebook's cell for a judged exercise: the check cell's lines but its call of the
+    check (its imports, a name later cells read), then the kernel's side, which only answers the judge."""
     judged = JUDGED[exercise_id]
     try:
         tree = ast.parse(check_source)
-        imports = [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        # the cell's own lines but the check's call: its imports, a name a later cell reads
+        imports = [
+            ast.unparse(node)
+            for node in tree.body
+            if not any(
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == judged.check
+                for n in ast.walk(node)
+            )
+        ]
     except SyntaxError:
         imports = []
     handed = ", ".join(f"{name}={name}" for name in judged.handed)
