@@ -360,6 +360,21 @@ PROGRAM_FILES = {
 }
 
 
+#: The master's cells (by a line they hold) that an answer calls: 06's loop runs the notebook's replica_step.
+CELLS_ABOVE = {"tpu_ready_loop": [("06_tpu_and_hardware_detection", "def replica_step(")]}
+
+
+def _run_master_cell(notebook: str, marker: str, namespace: dict[str, Any]) -> None:
+    """Run the master's code cell holding ``marker`` in ``namespace`` (with keras, as the notebooks)."""
+    import keras
+    import nbformat
+
+    path = ROOT / "solutions" / f"{notebook}.ipynb"
+    (source,) = [c.source for c in nbformat.read(path, as_version=4).cells if marker in c.source]
+    namespace.setdefault("keras", keras)
+    exec(compile(source, f"<master cell {marker}>", "exec"), namespace)
+
+
 @pytest.mark.parametrize("seed", [3, 11, 29])
 @pytest.mark.parametrize("ident", sorted(judge.JUDGED))
 def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident, seed, tmp_path) -> None:
@@ -388,6 +403,9 @@ def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident
         "keras": keras,
     }  # what the notebooks imported
     import linecache
+
+    for notebook, marker in CELLS_ABOVE.get(ident, ()):  # what the answer calls from cells above it
+        _run_master_cell(notebook, marker, namespace)
 
     filename = f"<master {ident}>"  # as IPython does, so that AutoGraph can read the answer's source
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -462,8 +480,11 @@ def test_a_harness_runs_the_students_code_in_the_kernel_and_its_mistake_is_named
 def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
     """A kernel that answers a harness with made-up data (no replicas' results, or zeros) fails: the
     judge checks what comes back against its own references, whatever the kernel ran."""
+    loop_ran = {"traced": True, "function": "Function", "traces": 1, "refused": [], "losses": [0.0] * 3,
+                "shapes": [(8, 6)], "steps": 5, "built_by_a_step": False, "update": np.zeros(21)}  # fmt: skip
     for ident, forged in [("global_moments", []), ("replica_dropout", [[], [], []]), ("masked_last_batch", {"pair": False}),
-                          ("clip_after_sum", {"update": [0.0], "loss": 0.0, "replicas": 2})]:  # fmt: skip
+                          ("clip_after_sum", {"update": [0.0], "loss": 0.0, "replicas": 2}),
+                          ("tpu_ready_loop", loop_ran), ("tpu_ready_loop", {**loop_ran, "shapes": []})]:  # fmt: skip
         ours, theirs = socket.socketpair()
 
         def kernel(sock: socket.socket = theirs, ident: str = ident, forged: Any = forged) -> None:
@@ -483,6 +504,97 @@ def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
             answers.write_message(ours, {"verdict": status, "message": message})
         thread.join(timeout=10)
         assert status == "failed", (ident, status, message)
+
+
+def _master_loop(replace: tuple[str, str] = ("", "")) -> Callable[..., Any]:
+    """06's master tpu_ready_loop, ``replace[0]`` in its source replaced by ``replace[1]`` (a mistake),
+    with the notebook's replica_step."""
+    import linecache
+
+    from course_utils.runtime import import_tensorflow
+
+    source = _master_answers()["tpu_ready_loop"]
+    assert replace[0] in source
+    source = source.replace(*replace)
+    namespace: dict[str, Any] = {"np": np, "tf": import_tensorflow()}
+    _run_master_cell("06_tpu_and_hardware_detection", "def replica_step(", namespace)
+    filename = f"<tpu_ready_loop {hash(source)}>"  # AutoGraph reads the loop's source
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace["tpu_ready_loop"]
+
+
+@pytest.mark.parametrize(
+    "replace, said",
+    [
+        (("steps = tf.constant(min(", "steps = (min("), "train_steps was traced 2 times"),
+        (("ReduceOp.SUM", "ReduceOp.MEAN"), "On 2 replicas, the losses of the calls"),
+        (("whole = len(x) // global_batch", "whole = -(-len(x) // global_batch)"),
+         "On one device, a step asked for a batch after the last"),  # a TF error, named in the kernel
+        ((", drop_remainder=True", ""), "the batch dimension is None"),
+        (("optimizer.build(model.trainable_variables)", "pass"), "the optimizer was never built"),
+        (("with strategy.scope():", "if True:"), "On 2 replicas, a variable was made outside strategy.scope()"),
+        (("strategy.run(step, args=(images, labels))",
+          "strategy.run(replica_step, args=(model, optimizer, images, labels, global_batch))"),
+         "strategy.run got a Sequential, a SGD in its args"),  # what TPUStrategy.run cannot take
+    ],
+)  # fmt: skip
+def test_tpu_ready_loop_runs_in_the_kernel_and_its_mistakes_are_named(replace, said) -> None:
+    """06's tpu_ready_loop: the harness runs the loop in the kernel (the strategy, model and optimizer
+    built there from numbers) and sends back what it did; the judge's verdict names the mistake."""
+    status, message = judged("tpu_ready_loop", {"tpu_ready_loop": _master_loop(replace)}, seed=7)
+    assert status == "failed" and said in message, message
+
+
+def test_the_tpu_ready_loop_harness_names_the_tensorflow_errors_it_caught() -> None:
+    """A TensorFlow error crosses to the judge under its name only: the harness catches the ones the
+    check names (an unbuilt optimizer's crash on 2 replicas, keras-team/keras#23085) and says which."""
+    from course_utils.exercises import tpu_and_hardware_detection as ex
+
+    loop = _master_loop(("optimizer.build(model.trainable_variables)", "pass"))
+    weights = [np.array(w) for w in ex._check_model()[0].get_weights()]
+    assert ex.tpu_loop_run(loop, 2, weights, 44) == {"error": ex.UNBUILT_IN_STEP}
+
+
+def _replayed(ident: str, replies: list, seed: Optional[int]) -> tuple[str, str]:
+    """Judge ``ident`` against a kernel that answers every call with the next of ``replies``."""
+
+    def kernel(sock: socket.socket) -> None:
+        try:
+            with sock, sock.makefile("rb") as stream:
+                answers.write_message(sock, {"serve": ident})
+                while "verdict" not in answers.read_message(stream):
+                    answers.write_message(sock, {"value": answers.encode(replies.pop(0)), "reports": []})
+        except (EOFError, OSError, IndexError):
+            pass
+
+    ours, theirs = socket.socketpair()
+    thread = threading.Thread(target=kernel, args=(theirs,), daemon=True)
+    thread.start()
+    exercises.UNSEEN = None if seed is None else __import__("random").Random(seed)
+    try:
+        with ours, ours.makefile("rb") as stream:
+            assert answers.read_message(stream) == {"serve": ident}
+            status, message = judge.judge_one(ident, {}, ours, stream)
+            answers.write_message(ours, {"verdict": status, "message": message})
+    finally:
+        exercises.UNSEEN = None
+    thread.join(timeout=10)
+    return status, message
+
+
+def test_a_tpu_ready_loop_learned_by_heart_fails_on_the_weights_drawn_at_grading_time() -> None:
+    """A kernel that replays the harness's answers for the notebook's cases (those of the right loop,
+    run before) passes without a case drawn at grading time, and fails on the starting weights the
+    judge draws: it must train from weights it was never shown."""
+    from course_utils.exercises import tpu_and_hardware_detection as ex
+
+    loop = _master_loop()
+    weights = [np.array(w) for w in ex._check_model()[0].get_weights()]
+    learned = [ex.tpu_loop_run(loop, r, weights, n) for n, r in ((44, 1), (44, 2), (48, 1))]
+    assert _replayed("tpu_ready_loop", list(learned), seed=None)[0] == "passed"
+    status, message = _replayed("tpu_ready_loop", learned + [learned[1]], seed=7)
+    assert status == "failed" and "On 2 replicas from other starting weights" in message, message
 
 
 def test_only_a_registered_harness_runs_in_the_kernel() -> None:

@@ -138,6 +138,7 @@ JUDGED: dict[str, Judged] = {
     "clip_after_sum": Judged("loss_scaling_pitfalls", "check_clip_after_sum", ("fn:clip_summed_gradients",)),
     "logged_steps": Judged("performance", "check_logged_steps", ("fn:make_logged_steps",)),
     "dataset_fn": Judged("performance", "check_dataset_fn", ("fn:make_dataset_fn",)),
+    "tpu_ready_loop": Judged("tpu_and_hardware_detection", "check_tpu_ready_loop", ("fn:tpu_ready_loop",)),
     # the naive port is the notebook's code, not the student's: the judge measures its own copy
     "masked_last_batch": Judged("tpu_and_hardware_detection", "check_masked_last_batch", ("fn:evaluate_all",)),
     # the notebook's cluster is the kernel's: the harness runs the student's code on it, the judge

@@ -19,7 +19,7 @@ from .. import compare
 from ..checks import exercise, expect, passed
 from ..errors import ExerciseError, ReplicaCountError
 from ..runtime import import_tensorflow as _tf
-from . import harness, in_kernel
+from . import harness, in_kernel, unseen
 
 #: The data of both coding checks: 44 examples in global batches of 8 (5 whole batches and 4 left over).
 EXAMPLES, GLOBAL_BATCH = 44, 8
@@ -339,7 +339,8 @@ class _Watched:
 
 
 def _run_loop(strategy: Any, loop: Callable[..., Any], weights: list, examples: int) -> dict[str, Any]:
-    """The student's loop on ``strategy`` from ``weights``, with an optimizer made (not built) in its scope."""
+    """The student's loop on ``strategy`` from ``weights``, with an optimizer made (not built) in its
+    scope: what it did, as plain data."""
     x, y = check_data(examples)
     with strategy.scope():
         model, recorder = _check_model()
@@ -354,23 +355,96 @@ def _run_loop(strategy: Any, loop: Callable[..., Any], weights: list, examples: 
         f"the loss of each call; got {type(result).__name__}.",
     )
     function, losses = result
+    traced = hasattr(function, "experimental_get_tracing_count")
     return dict(
-        function=function,
-        refused=watched.refused,
+        traced=traced,
+        function=type(function).__name__,
+        traces=int(function.experimental_get_tracing_count()) if traced else None,
+        refused=[str(name) for name in watched.refused],
         losses=[float(v) for v in losses],
-        shapes=list(recorder.shapes),
+        shapes=[tuple(None if d is None else int(d) for d in shape) for shape in recorder.shapes],
         steps=int(optimizer.iterations.numpy()),
         built_by_a_step=bool(optimizer.built_by_a_step),
         update=compare.flat(model.trainable_variables) - before,
     )
 
 
+#: The TensorFlow errors whose hints the check gives, as the harness names them (caught in the
+#: kernel: only a built-in exception crosses to the grader's judge as itself).
+RAN_PAST_THE_END, UNBUILT_IN_STEP, OUTSIDE_THE_SCOPE = (
+    "past the last batch",
+    "placeholder",
+    "outside the scope",
+)
+
+
+@harness
+def tpu_loop_run(
+    tpu_ready_loop: Callable[..., Any], replicas: int, weights: list, examples: int
+) -> dict[str, Any]:
+    """``tpu_ready_loop`` on 1 device (the default strategy) or 2 replicas, from ``weights`` (a list
+    of arrays), on the first ``examples`` of :func:`check_data`'s kind: what it did as plain data
+    (the weights' ``update``, each call's loss, the traces, the optimizer's steps, the shapes the
+    model was traced for, what ``strategy.run`` could not take), or ``{"error": ...}`` for the
+    TensorFlow errors the check names (:data:`RAN_PAST_THE_END`...). Never a verdict."""
+    tf = _tf()
+    strategy = tf.distribute.get_strategy() if replicas == 1 else _two_replicas()
+    try:
+        return _run_loop(strategy, tpu_ready_loop, [np.asarray(w) for w in weights], examples)
+    except tf.errors.OutOfRangeError:  # next() after the last batch
+        return {"error": RAN_PAST_THE_END}
+    except tf.errors.InvalidArgumentError as error:
+        if "placeholder" not in str(error):
+            raise
+        return {"error": UNBUILT_IN_STEP}
+    except RuntimeError as error:  # a variable made outside the scope: "Need to be inside ..."
+        if "strategy.scope()" not in str(error):
+            raise
+        return {"error": OUTSIDE_THE_SCOPE}
+
+
+#: What :func:`tpu_loop_run` returns after a run, and the types of each.
+_RUN_KEYS: dict[str, Any] = {
+    "traced": bool,
+    "function": str,
+    "traces": (int, type(None)),
+    "refused": list,
+    "losses": list,
+    "shapes": list,
+    "steps": int,
+    "built_by_a_step": bool,
+    "update": np.ndarray,
+}
+
+
+def _read_run(run: Any, where: str, update_shape: tuple) -> dict[str, Any]:
+    """The harness's answer, held to what a run gives: anything else (a forged or empty answer) fails."""
+
+    def whole(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    readable = (
+        isinstance(run, dict)
+        and set(run) == set(_RUN_KEYS)
+        and all(isinstance(run[key], kind) for key, kind in _RUN_KEYS.items())
+        and whole(run["steps"])
+        and (run["traces"] is None if not run["traced"] else whole(run["traces"]))
+        and all(isinstance(name, str) for name in run["refused"])
+        and all(isinstance(v, float) for v in run["losses"])
+        and all(isinstance(s, tuple) and s and all(d is None or whole(d) for d in s) for s in run["shapes"])
+        and run["update"].dtype.kind == "f"
+        and run["update"].shape == update_shape
+    )
+    expect(readable, f"{where} the grader could not read what your loop did (got {str(run)[:80]}).")
+    return dict(run)
+
+
 def _judge(run: dict[str, Any], where: str, examples: int) -> None:
     whole, steps = examples // GLOBAL_BATCH, run["steps"]
     calls = -(-whole // STEPS_PER_CALL)
     expect(
-        hasattr(run["function"], "experimental_get_tracing_count"),
-        f"{where} no tf.function ran the steps (train_steps is {type(run['function']).__name__}): "
+        run["traced"],
+        f"{where} no tf.function ran the steps (train_steps is {run['function']}): "
         "strategy.run runs eagerly, which a TPU cannot. Call it inside a @tf.function and return that function.",
     )
     expect(
@@ -396,7 +470,7 @@ def _judge(run: dict[str, Any], where: str, examples: int) -> None:
         f"{'many' if steps > whole else 'few'}: {examples} examples make {whole} whole batches of "
         f"{GLOBAL_BATCH} (len(x) // global_batch), one step each.",
     )
-    traces = run["function"].experimental_get_tracing_count()
+    traces = run["traces"]
     expect(
         traces == 1,
         f"{where} train_steps was traced {traces} times (a TPU compiles once per trace): a Python "
@@ -416,43 +490,47 @@ def _judge(run: dict[str, Any], where: str, examples: int) -> None:
 
 def check_tpu_ready_loop(tpu_ready_loop: Callable[..., Any]) -> None:
     """``tpu_ready_loop(strategy, model, optimizer, x, y, global_batch, steps_per_call)`` -> ``(train_steps,
-    losses)``: traced once, several steps per call, static shapes, and one device's weights on 2 replicas."""
-    tf = _tf()
+    losses)``: traced once, several steps per call, static shapes, and one device's weights on 2 replicas.
+
+    The loop runs in :func:`tpu_loop_run` (the harness), which sends back what it did; the references
+    (one device, no strategy) and every verdict are made here."""
     with exercise("tpu_ready_loop"):
         model, _ = _check_model()
         weights = [np.array(w) for w in model.get_weights()]
-        one = tf.distribute.get_strategy()
-        for examples, strategy, where in (
-            (EXAMPLES, one, "On one device,"),
-            (EXAMPLES, _two_replicas(), "On 2 replicas,"),
-            (EVEN_EXAMPLES, one, f"On one device and {EVEN_EXAMPLES} examples,"),
-        ):
-            want_update, want_losses = _reference(weights, examples)
-            restarted, _ = _reference(weights, examples, restart=True)
-            try:
-                run = _run_loop(strategy, tpu_ready_loop, weights, examples)
-            except tf.errors.OutOfRangeError:  # next() after the last batch
+        _two_replicas()  # a hint first where TensorFlow has too few devices
+        cases = [
+            (EXAMPLES, 1, weights, "On one device,"),
+            (EXAMPLES, 2, weights, "On 2 replicas,"),
+            (EVEN_EXAMPLES, 1, weights, f"On one device and {EVEN_EXAMPLES} examples,"),
+        ]
+        if (rng := unseen()) is not None:  # grading: starting weights the student never saw
+            drawn = np.random.default_rng(rng.randrange(2**32))
+            moved = [(w + drawn.normal(0.0, 0.3, w.shape)).astype(w.dtype) for w in weights]
+            cases.append((EXAMPLES, 2, moved, "On 2 replicas from other starting weights,"))
+        for examples, replicas, start, where in cases:
+            want_update, want_losses = _reference(start, examples)
+            restarted, _ = _reference(start, examples, restart=True)
+            run = in_kernel(tpu_loop_run, tpu_ready_loop, replicas, start, examples)
+            error = run.get("error") if isinstance(run, dict) and set(run) == {"error"} else None
+            if error == RAN_PAST_THE_END:
                 raise ExerciseError(
                     f"{where} a step asked for a batch after the last: {examples} examples make "
                     f"{examples // GLOBAL_BATCH} whole batches of {GLOBAL_BATCH} (len(x) // global_batch); "
                     "the calls' steps must add up to that, the last call taking only the rest."
-                ) from None
-            except tf.errors.InvalidArgumentError as error:
-                expect(
-                    "placeholder" not in str(error),
-                    f"{where} the step crashed with 'You must feed a value for placeholder tensor': "
-                    "the optimizer was never built, so it makes its variables inside the compiled step "
-                    "(keras-team/keras#23085). Call optimizer.build(model.trainable_variables) inside "
-                    "strategy.scope() before the first step.",
                 )
-                raise
-            except RuntimeError as error:  # a variable made outside the scope: "Need to be inside ..."
-                expect(
-                    "strategy.scope()" not in str(error),
-                    f"{where} a variable was made outside strategy.scope(): build the optimizer inside "
-                    "strategy.scope().",
-                )
-                raise
+            expect(
+                error != UNBUILT_IN_STEP,
+                f"{where} the step crashed with 'You must feed a value for placeholder tensor': "
+                "the optimizer was never built, so it makes its variables inside the compiled step "
+                "(keras-team/keras#23085). Call optimizer.build(model.trainable_variables) inside "
+                "strategy.scope() before the first step.",
+            )
+            expect(
+                error != OUTSIDE_THE_SCOPE,
+                f"{where} a variable was made outside strategy.scope(): build the optimizer inside "
+                "strategy.scope().",
+            )
+            run = _read_run(run, where, want_update.shape)
             _judge(run, where, examples)
             expect(
                 compare.mismatch(run["update"], restarted) > WEIGHT_RTOL,
@@ -472,6 +550,10 @@ def check_tpu_ready_loop(tpu_ready_loop: Callable[..., Any]) -> None:
                 f"{where} the losses of the calls are {np.round(run['losses'], 4).tolist()}, one device's "
                 f"{np.round(want_losses, 4).tolist()}: add the replicas' losses with "
                 "strategy.reduce(SUM, ...) and return the mean over the steps of the call.",
+            )
+            expect(
+                bool(run["shapes"]),  # a real run calls the model; only a made-up answer skips it
+                f"{where} the model was never called: train it with replica_step inside strategy.run.",
             )
     passed(
         "tpu_ready_loop",
