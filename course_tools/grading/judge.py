@@ -128,6 +128,11 @@ JUDGED: dict[str, Judged] = {
     "clip_after_sum": Judged("loss_scaling_pitfalls", "check_clip_after_sum", ("fn:clip_summed_gradients",)),
     "logged_steps": Judged("performance", "check_logged_steps", ("fn:make_logged_steps",)),
     "dataset_fn": Judged("performance", "check_dataset_fn", ("fn:make_dataset_fn",)),
+    "padded_loss": Judged("custom_training_loops", "check_padded_loss", ("fn:compute_loss",)),
+    "per_replica_dataset_fn": Judged("custom_training_loops", "check_per_replica_dataset_fn",
+                                     ("fn:make_dataset_fn",)),
+    "distributed_test_step": Judged("custom_training_loops", "check_distributed_test_step",
+                                    ("fn:make_distributed_test_step",)),
     # the naive port is the notebook's code, not the student's: the judge measures its own copy
     "worker_input": Judged("multi_worker_training", "check_worker_input", ("fn:INPUT",)),
     # the notebook's cluster runs stay the notebook's feedback: the judge asks resume_point's answers
