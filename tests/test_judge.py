@@ -402,6 +402,8 @@ def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident
         "tf": import_tensorflow(),
         "keras": keras,
     }  # what the notebooks imported
+    if entry.module == "custom_training_loops":  # 04's answers use the loss its cell above made
+        namespace["loss_object"] = _loss_object()
     import linecache
 
     for notebook, marker in CELLS_ABOVE.get(ident, ()):  # what the answer calls from cells above it
@@ -477,6 +479,119 @@ def test_a_harness_runs_the_students_code_in_the_kernel_and_its_mistake_is_named
         assert calls, ident  # the student's function ran (in the kernel's thread), not the judge's copy
 
 
+def _loss_object() -> Any:
+    """Notebook 04's ``loss_object`` (its answers use it): per-example cross-entropy of logits."""
+    import keras
+
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+
+def _custom_loop_mistakes(tf: Any) -> list[tuple[str, str, Callable[..., Any], str]]:
+    """Notebook 04's wrong answers that real code contains: (exercise, name, answer, its hint)."""
+    ce = _loss_object()
+
+    def with_penalty(data_loss: Callable[..., Any]) -> Callable[..., Any]:
+        def compute_loss(labels, logits, mask, model_losses):
+            loss = data_loss(labels, logits, mask)
+            if model_losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(model_losses))
+            return loss
+
+        return compute_loss
+
+    def global_real(mask):
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.reduce_sum(mask))
+
+    def right_data_loss(y, z, m):
+        return tf.nn.compute_average_loss(
+            ce(y, z), sample_weight=m, global_batch_size=tf.cast(global_real(m), tf.int32)
+        )
+
+    def unscaled_penalty(labels, logits, mask, model_losses):  # every replica adds the whole penalty
+        loss = right_data_loss(labels, logits, mask)
+        return loss + tf.add_n(model_losses) if model_losses else loss
+
+    def always_add_n(labels, logits, mask, model_losses):  # tf.add_n([]) raises
+        return right_data_loss(labels, logits, mask) + tf.nn.scale_regularization_loss(tf.add_n(model_losses))
+
+    def own_mean_share(y, z, m):  # own mean times own share: 0 / 0 on a replica of padding only
+        return tf.reduce_sum(ce(y, z) * m) / tf.reduce_sum(m) * tf.reduce_sum(m) / global_real(m)
+
+    def dataset_factory(how: str) -> Callable[..., Any]:
+        def make_dataset_fn(images, labels, global_batch_size):
+            def dataset_fn(input_context):
+                dataset = tf.data.Dataset.from_tensor_slices((images, labels))
+                per_replica = input_context.get_per_replica_batch_size(global_batch_size)
+                shards = (
+                    input_context.num_replicas_in_sync
+                    if how == "by_replicas"
+                    else input_context.num_input_pipelines
+                )
+                if how != "no_shard":
+                    dataset = dataset.shard(shards, input_context.input_pipeline_id)
+                if how == "repeat":
+                    dataset = dataset.repeat()
+                return dataset.batch(global_batch_size if how == "global_batch" else per_replica)
+
+            return dataset_fn
+
+        return make_dataset_fn
+
+    def test_factory(how: str) -> Callable[..., Any]:
+        def make_distributed_test_step(strategy, model, loss_metric, accuracy):
+            def forward(inputs):
+                return model(inputs[0], training=False)
+
+            def update(labels, logits, mask):
+                weight = None if how == "unmasked" else mask
+                loss_metric.update_state(ce(labels, logits), sample_weight=weight)
+                accuracy.update_state(labels, logits, sample_weight=weight)
+
+            @tf.function
+            def distributed_test_step(inputs):
+                if how == "outside":  # the metrics updated outside strategy.run
+                    update(inputs[1], strategy.run(forward, args=(inputs,)), inputs[2])
+                elif how == "first_replica":  # outside strategy.run, replica 0's values only
+                    logits = strategy.experimental_local_results(strategy.run(forward, args=(inputs,)))[0]
+                    labels, mask = (strategy.experimental_local_results(v)[0] for v in inputs[1:])
+                    update(labels, logits, mask)
+                else:
+                    strategy.run(lambda x: update(x[1], forward(x), x[2]), args=(inputs,))
+
+            return distributed_test_step
+
+        return make_distributed_test_step
+
+    loss, data, test = "padded_loss", "per_replica_dataset_fn", "distributed_test_step"
+    own_count = with_penalty(lambda y, z, m: tf.reduce_sum(ce(y, z) * m) / tf.reduce_sum(m))
+    slots = with_penalty(lambda y, z, m: tf.nn.compute_average_loss(ce(y, z), sample_weight=m))
+    return [
+        (loss, "compute_loss", own_count, "each replica divided by its OWN count of real examples"),
+        (loss, "compute_loss", slots, "your loss divides by all 16 slots"),
+        (loss, "compute_loss", unscaled_penalty, "the penalties count 2.00 times"),
+        (loss, "compute_loss", always_add_n, "with model_losses=[] (a model without regularizers) your code raised"),
+        (loss, "compute_loss", with_penalty(own_mean_share), "that replica divided 0 by 0"),
+        (data, "make_dataset_fn", dataset_factory("global_batch"), "8 examples per step, 16 in all"),
+        (data, "make_dataset_fn", dataset_factory("by_replicas"), "num_input_pipelines (not num_replicas_in_sync)"),
+        (data, "make_dataset_fn", dataset_factory("no_shard"), "every example would be trained on twice"),
+        (data, "make_dataset_fn", dataset_factory("repeat"), "more than one pass"),
+        (test, "make_distributed_test_step", test_factory("outside"), "outside strategy.run, and TensorFlow refused"),
+        (test, "make_distributed_test_step", test_factory("first_replica"), "One device was right"),
+        (test, "make_distributed_test_step", test_factory("unmasked"), "padding examples were counted"),
+    ]  # fmt: skip
+
+
+def test_notebook_04s_mistakes_are_named_by_the_judge_from_what_its_harnesses_send() -> None:
+    """04's checks run the student's loss, dataset_fn and test step in the kernel (their harnesses)
+    and judge what comes back: the losses, the examples each replica got, the metrics, what raised
+    (a TensorFlow error by its message: its class does not cross). Each mistake gets its hint."""
+    from course_utils.runtime import import_tensorflow
+
+    for ident, name, wrong, said in _custom_loop_mistakes(import_tensorflow()):
+        status, message = judged(ident, {name: wrong}, seed=5)
+        assert status == "failed" and said in message, (ident, said, message)
+
+
 def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
     """A kernel that answers a harness with made-up data (no replicas' results, or zeros) fails: the
     judge checks what comes back against its own references, whatever the kernel ran."""
@@ -484,7 +599,11 @@ def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
                 "shapes": [(8, 6)], "steps": 5, "built_by_a_step": False, "update": np.zeros(21)}  # fmt: skip
     for ident, forged in [("global_moments", []), ("replica_dropout", [[], [], []]), ("masked_last_batch", {"pair": False}),
                           ("clip_after_sum", {"update": [0.0], "loss": 0.0, "replicas": 2}),
-                          ("tpu_ready_loop", loop_ran), ("tpu_ready_loop", {**loop_ran, "shapes": []})]:  # fmt: skip
+                          ("tpu_ready_loop", loop_ran), ("tpu_ready_loop", {**loop_ran, "shapes": []}),
+                          ("padded_loss", []), ("padded_loss", [{"value": 0.0}] * 5),
+                          ("per_replica_dataset_fn", {"runs": [{"steps": []}] * 2, "pipelines": [{"batches": []}] * 2}),
+                          ("distributed_test_step", {"loss": 0.0, "accuracy": 1.0}),
+                          ("distributed_test_step", {})]:  # fmt: skip
         ours, theirs = socket.socketpair()
 
         def kernel(sock: socket.socket = theirs, ident: str = ident, forged: Any = forged) -> None:

@@ -139,6 +139,11 @@ JUDGED: dict[str, Judged] = {
     "logged_steps": Judged("performance", "check_logged_steps", ("fn:make_logged_steps",)),
     "dataset_fn": Judged("performance", "check_dataset_fn", ("fn:make_dataset_fn",)),
     "tpu_ready_loop": Judged("tpu_and_hardware_detection", "check_tpu_ready_loop", ("fn:tpu_ready_loop",)),
+    "padded_loss": Judged("custom_training_loops", "check_padded_loss", ("fn:compute_loss",)),
+    "per_replica_dataset_fn": Judged("custom_training_loops", "check_per_replica_dataset_fn",
+                                     ("fn:make_dataset_fn",)),
+    "distributed_test_step": Judged("custom_training_loops", "check_distributed_test_step",
+                                    ("fn:make_distributed_test_step",)),
     # the naive port is the notebook's code, not the student's: the judge measures its own copy
     "masked_last_batch": Judged("tpu_and_hardware_detection", "check_masked_last_batch", ("fn:evaluate_all",)),
     # the notebook's cluster is the kernel's: the harness runs the student's code on it, the judge

@@ -28,9 +28,10 @@ import numpy as np
 
 from .. import compare
 from ..checks import exercise, expect, expect_close, passed
-from ..errors import ExerciseError, ReplicaCountError
+from ..errors import ExerciseError, ReplicaCountError, describe_raised
 from ..lessons import reference as ref
 from ..runtime import import_tensorflow as _tf
+from . import harness, in_kernel
 
 #: Penalties passed as ``model_losses`` in the padded_loss check (their sum is 0.5).
 PENALTIES = (0.3, 0.2)
@@ -63,18 +64,6 @@ def _cross_entropy(labels: np.ndarray, logits: np.ndarray) -> np.ndarray:
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     return -log_probs[np.arange(len(labels)), labels]
-
-
-def _scalar(value: Any, what: str) -> float:
-    tf = _tf()
-    expect(
-        not isinstance(value, tf.distribute.DistributedValues),
-        f"{what} is still one value per replica (a PerReplica): combine the replicas' values "
-        "into one number with strategy.reduce.",
-    )
-    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-    expect(array.shape == (), f"{what} should be one number (shape ()), got shape {array.shape}.")
-    return float(array)
 
 
 # --------------------------------------------------------------------------- mean_loss_factor
@@ -213,25 +202,120 @@ def check_adam_update_factor(prediction: Any) -> None:
 # --------------------------------------------------------------------------- padded_loss
 
 
+def _raised(error: Exception) -> dict[str, str]:
+    """What the student's code raised, as plain data: its type's name, its message and the line
+    :func:`~course_utils.errors.describe_raised` gives it (with the notebook's line, read here)."""
+    return {"type": type(error).__name__, "message": str(error), "described": describe_raised(error)}
+
+
+def _raise_again(raised: Any) -> None:
+    """Raise what a harness caught (:func:`_raised`) as the check raised it: a placeholder's
+    ``NotImplementedError`` and an ``ExerciseError`` as such, anything else as :func:`exercise` says it."""
+    expect(isinstance(raised, dict) and "type" in raised, "The run sent back an error it did not describe.")
+    kind, message = str(raised["type"]), str(raised.get("message", ""))
+    if kind == "NotImplementedError":
+        raise NotImplementedError(message)
+    if kind == "ExerciseError":
+        raise ExerciseError(message)
+    raise ExerciseError(f"your code raised {raised.get('described') or kind}")
+
+
+def _loss_found(value: Any) -> dict[str, Any]:
+    """A loss as plain data: ``per_replica`` (still a PerReplica), ``shape`` (not one number) or ``value``."""
+    tf = _tf()
+    if isinstance(value, tf.distribute.DistributedValues):
+        return {"per_replica": True}
+    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    return {"shape": list(array.shape)} if array.shape != () else {"value": float(array)}
+
+
+@harness
+def padded_losses(
+    compute_loss: Callable[[Any, Any, Any, Any], Any], labels: Any, logits: Any, cases: list
+) -> list[dict[str, Any]]:
+    """``compute_loss`` on each case ``(replicas, mask, penalties)``: called once on one device
+    (``replicas`` 1), or on each replica of the 2-replica checking strategy, the replicas' results
+    summed; ``model_losses`` is the penalties as tensors. For each case, what came back
+    (:func:`_loss_found`), or ``raised``, what the call raised (:func:`_raised`)."""
+    tf = _tf()
+    found: list[dict[str, Any]] = []
+    for replicas, mask, penalties in cases:
+        model_losses = [tf.constant(p) for p in penalties]
+        try:
+            if replicas == 1:
+                value = compute_loss(
+                    tf.constant(labels), tf.constant(logits), tf.constant(mask), model_losses
+                )
+            else:
+                strategy = checking_strategy()
+                inputs = next(iter(compare.distribute(strategy, (labels, logits, mask), len(labels))))
+
+                @tf.function
+                def run(inputs: Any) -> Any:
+                    def replica_fn(batch_labels: Any, batch_logits: Any, batch_mask: Any) -> Any:
+                        return compute_loss(batch_labels, batch_logits, batch_mask, model_losses)
+
+                    return compare.sum_replicas(strategy, strategy.run(replica_fn, args=inputs))
+
+                value = run(inputs)
+            found.append(_loss_found(value))
+        except Exception as error:  # said by the check, in the order of its cases
+            found.append({"raised": _raised(error)})
+    return found
+
+
+def _loss(found: Any, what: str) -> float:
+    """The number :func:`padded_losses` found for one case; its hint when it is not one number."""
+    expect(
+        isinstance(found, dict)
+        and len(found) == 1
+        and set(found) <= {"raised", "per_replica", "shape", "value"},
+        f"{what}: the run sent back no loss.",
+    )
+    if "raised" in found:
+        _raise_again(found["raised"])
+    expect(
+        "per_replica" not in found,
+        f"{what} is still one value per replica (a PerReplica): combine the replicas' values "
+        "into one number with strategy.reduce.",
+    )
+    if "shape" in found:
+        shape = tuple(int(n) for n in found["shape"]) if isinstance(found["shape"], list) else ()
+        expect(False, f"{what} should be one number (shape ()), got shape {shape}.")
+    value = found["value"]
+    expect(
+        isinstance(value, (int, float)) and not isinstance(value, bool), f"{what}: the run sent back no loss."
+    )
+    return float(value)
+
+
 def check_padded_loss(compute_loss: Callable[[Any, Any, Any, Any], Any]) -> None:
     """``compute_loss(labels, logits, mask, model_losses)``: summed over the replicas, the mean
     cross-entropy over the real examples of the global batch plus the penalties once."""
-    tf = _tf()
     with exercise("padded_loss"):
         n = ref.CHECK_BATCH
         labels = ref.check_batch(n)[1]
         logits = np.random.default_rng(4).normal(0.0, 2.0, (n, 10)).astype(np.float32)
         ce = _cross_entropy(labels, logits.astype(np.float64))
-        penalties = [tf.constant(p) for p in PENALTIES]
         penalty = float(sum(PENALTIES))
-
-        def on_one_device(mask: np.ndarray, model_losses: list) -> float:
-            value = compute_loss(tf.constant(labels), tf.constant(logits), tf.constant(mask), model_losses)
-            return _scalar(value, "Your loss")
+        full = np.ones(n, np.float32)
+        mask = (np.arange(n) < REAL).astype(np.float32)
+        one_sided = (np.arange(n) < REAL_ONE_SIDED).astype(np.float32)
+        cases = [
+            (1, full, PENALTIES),  # 1. one device, no padding
+            (1, mask, PENALTIES),  # 2. one device, 5 of 16 slots padding
+            (2, mask, ()),  # 3. two replicas: 8 real on replica 0, 3 real + 5 padding on replica 1
+            (2, mask, PENALTIES),
+            (2, one_sided, ()),  # 4. a replica whose whole slice is padding
+        ]
+        found = in_kernel(padded_losses, compute_loss, labels, logits, [[r, m, list(p)] for r, m, p in cases])
+        expect(
+            isinstance(found, list) and len(found) == len(cases),
+            f"The run sent back {len(found) if isinstance(found, list) else 'no'} losses, not {len(cases)}.",
+        )
 
         # 1. One device, no padding.
-        full = np.ones(n, np.float32)
-        value = on_one_device(full, penalties)
+        value = _loss(found[0], "Your loss")
         if abs(value - ce.mean()) < 1e-4:
             raise ExerciseError(
                 "on one device your loss is the mean cross-entropy without the penalties: "
@@ -246,9 +330,8 @@ def check_padded_loss(compute_loss: Callable[[Any, Any, Any, Any], Any]) -> None
         )
 
         # 2. One device, 5 of 16 slots padding.
-        mask = (np.arange(n) < REAL).astype(np.float32)
         right = float((ce * mask).sum() / mask.sum())
-        value = on_one_device(mask, penalties) - penalty
+        value = _loss(found[1], "Your loss") - penalty
         if abs(value - ce.mean()) < 1e-4:
             raise ExerciseError(
                 f"on one device, with {n - REAL} of {n} slots padding, your loss is the mean over "
@@ -269,29 +352,13 @@ def check_padded_loss(compute_loss: Callable[[Any, Any, Any, Any], Any]) -> None
         )
 
         # 3. Two replicas: 8 real on replica 0, 3 real + 5 padding on replica 1.
-        strategy = checking_strategy()
-
-        def on_two_replicas(mask: np.ndarray, model_losses: list) -> float:
-            inputs = next(iter(compare.distribute(strategy, (labels, logits, mask), n)))
-
-            @tf.function
-            def run(inputs: Any) -> Any:
-                def replica_fn(batch_labels: Any, batch_logits: Any, batch_mask: Any) -> Any:
-                    return compute_loss(batch_labels, batch_logits, batch_mask, model_losses)
-
-                return compare.sum_replicas(strategy, strategy.run(replica_fn, args=inputs))
-
-            return _scalar(run(inputs), "The loss of one replica")
-
-        try:
-            summed = on_two_replicas(mask, [])
-        except (ExerciseError, NotImplementedError):
-            raise
-        except Exception as error:
+        raised = found[2].get("raised") if isinstance(found[2], dict) else None
+        if isinstance(raised, dict) and raised.get("type") not in ("ExerciseError", "NotImplementedError"):
             raise ExerciseError(
                 f"with model_losses=[] (a model without regularizers) your code raised "
-                f"{type(error).__name__}. Add the penalty only when there is one."
-            ) from None
+                f"{raised.get('type')}. Add the penalty only when there is one."
+            )
+        summed = _loss(found[2], "The loss of one replica")
         own_means = float((ce * mask)[:8].sum() / mask[:8].sum() + (ce * mask)[8:].sum() / mask[8:].sum())
         if abs(summed - own_means) < 1e-4 * own_means:
             raise ExerciseError(
@@ -321,7 +388,7 @@ def check_padded_loss(compute_loss: Callable[[Any, Any, Any, Any], Any]) -> None
             rtol=1e-4,
         )
 
-        with_penalty = on_two_replicas(mask, penalties)
+        with_penalty = _loss(found[3], "The loss of one replica")
         counted = (with_penalty - summed) / penalty
         expect(
             abs(counted - 1.0) < 1e-3,
@@ -330,8 +397,7 @@ def check_padded_loss(compute_loss: Callable[[Any, Any, Any, Any], Any]) -> None
         )
 
         # 4. A replica whose whole slice is padding.
-        one_sided = (np.arange(n) < REAL_ONE_SIDED).astype(np.float32)
-        value = on_two_replicas(one_sided, [])
+        value = _loss(found[4], "The loss of one replica")
         expect(
             math.isfinite(value),
             f"On 2 replicas, when one replica's slice is all padding (6 real examples, all on "
@@ -356,30 +422,93 @@ def check_padded_loss(compute_loss: Callable[[Any, Any, Any, Any], Any]) -> None
 # --------------------------------------------------------------------------- per_replica_dataset_fn
 
 
-def _example_ids(element: Any, what: str) -> list[int]:
-    """The labels of one batch (the check's labels are the examples' indices, to follow each one)."""
+def _element_found(element: Any) -> dict[str, Any]:
+    """One element of the student's dataset as plain data: ``not_pair`` (its type's name) when it is
+    not an (images, labels) pair, else its labels' ``ndim`` and ``ids`` (the check's labels are the
+    examples' indices, to follow each one)."""
+    if not (isinstance(element, (tuple, list)) and len(element) == 2):
+        return {"not_pair": type(element).__name__}
+    ids = np.asarray(element[1])
+    return {"ndim": int(ids.ndim), "ids": [int(i) for i in ids.ravel()]}
+
+
+@harness
+def dataset_fn_batches(
+    make_dataset_fn: Callable[[Any, Any, int], Any], images: Any, labels: Any, global_batch: int
+) -> dict[str, Any]:
+    """``make_dataset_fn(images, labels, global_batch)``'s ``dataset_fn`` as plain data: ``returned``,
+    the type's name of what it returned when that is no function; else ``runs``, the elements that
+    ``distribute_datasets_from_function`` hands out on one device and on 2 replicas (``steps``, replica
+    by replica, at most one step more than one pass: a repeated dataset never ends), and
+    ``pipelines``, the elements of 2 input pipelines feeding 4 replicas (at most one more than the
+    examples). Each element as :func:`_element_found` gives it; where reading raised, ``raised``."""
+    tf = _tf()
+    dataset_fn = make_dataset_fn(images, labels, global_batch)
+    if not callable(dataset_fn):
+        return {"returned": type(dataset_fn).__name__}
+    n = len(labels)
+    runs: list[dict[str, Any]] = []
+    for replicas in (1, 2):
+        steps: list[list[dict[str, Any]]] = []
+        runs.append({"steps": steps})
+        try:
+            strategy = tf.distribute.get_strategy() if replicas == 1 else checking_strategy()
+            batches = strategy.distribute_datasets_from_function(dataset_fn)
+            for inputs in itertools.islice(batches, -(-n // global_batch) + 1):
+                parts = [strategy.experimental_local_results(v) for v in inputs]
+                steps.append([_element_found(pair) for pair in zip(*parts)])
+        except Exception as error:  # said by the check, after the elements read before
+            runs[-1]["raised"] = _raised(error)
+    pipelines: list[dict[str, Any]] = []
+    for k in range(2):
+        elements: list[dict[str, Any]] = []
+        pipelines.append({"batches": elements})
+        try:
+            context = tf.distribute.InputContext(
+                num_input_pipelines=2, input_pipeline_id=k, num_replicas_in_sync=4
+            )
+            elements.extend(_element_found(b) for b in itertools.islice(dataset_fn(context), n + 1))
+        except Exception as error:
+            pipelines[-1]["raised"] = _raised(error)
+    return {"runs": runs, "pipelines": pipelines}
+
+
+def _example_ids(found: Any, what: str) -> list[int]:
+    """The labels of one batch (:func:`_element_found`); the hint when it is no batch of pairs."""
     expect(
-        isinstance(element, (tuple, list)) and len(element) == 2,
-        f"{what} should be an (images, labels) pair, got {type(element).__name__}: build the "
+        isinstance(found, dict) and ("not_pair" in found or "ids" in found),
+        f"{what}: the run sent back nothing.",
+    )
+    expect(
+        "not_pair" not in found,
+        f"{what} should be an (images, labels) pair, got {found.get('not_pair')}: build the "
         "dataset with tf.data.Dataset.from_tensor_slices((images, labels)).",
     )
-    ids = np.asarray(element[1])
     expect(
-        ids.ndim >= 1,
+        isinstance(found.get("ndim"), int) and found["ndim"] >= 1,
         f"{what} is one example, not a batch: end dataset_fn with "
         "dataset.batch(input_context.get_per_replica_batch_size(global_batch_size)).",
     )
-    return [int(i) for i in ids.ravel()]
+    ids = found["ids"]
+    expect(
+        isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids),
+        f"{what}: the run sent back no examples' indices.",
+    )
+    return list(ids)
 
 
-def _replica_batches(strategy: Any, dataset_fn: Callable[[Any], Any], limit: int) -> list[list[list[int]]]:
-    """The examples ``distribute_datasets_from_function`` hands out, step by step and replica by replica
-    (at most ``limit`` steps: a repeated dataset never ends)."""
-    steps = []
-    for inputs in itertools.islice(strategy.distribute_datasets_from_function(dataset_fn), limit):
-        parts = [strategy.experimental_local_results(v) for v in inputs]
-        steps.append([_example_ids(pair, "An element of your dataset") for pair in zip(*parts)])
-    return steps
+def _read(found: Any, key: str) -> list:
+    """What :func:`dataset_fn_batches` read in one place (``key``: its elements), each element's
+    hint first, then what reading raised there."""
+    expect(isinstance(found, dict) and isinstance(found.get(key), list), "The run sent back nothing.")
+    if key == "steps":
+        expect(all(isinstance(step, list) for step in found[key]), "The run sent back no replicas' batches.")
+        read: list = [[_example_ids(p, "An element of your dataset") for p in step] for step in found[key]]
+    else:
+        read = [_example_ids(b, "An element of your dataset") for b in found[key]]
+    if "raised" in found:
+        _raise_again(found["raised"])
+    return read
 
 
 def _preview(ids: list[int]) -> str:
@@ -390,22 +519,24 @@ def check_per_replica_dataset_fn(make_dataset_fn: Callable[[Any, Any, int], Any]
     """``make_dataset_fn(images, labels, global_batch_size)`` returns ``dataset_fn(input_context)``:
     on one device and on 2 replicas every step holds one device's global batch; two input pipelines
     (two workers) read disjoint halves in batches of the per-replica size."""
-    tf = _tf()
     with exercise("per_replica_dataset_fn"):
         n, g = DATASET_EXAMPLES, DATASET_GLOBAL_BATCH
         images = ref.check_batch(n, seed=2)[0]
-        dataset_fn = make_dataset_fn(images, np.arange(n, dtype=np.int64), g)
+        found = in_kernel(dataset_fn_batches, make_dataset_fn, images, np.arange(n, dtype=np.int64), g)
+        expect(isinstance(found, dict), "The run sent back nothing.")
         expect(
-            callable(dataset_fn),
-            f"make_dataset_fn should return a function of input_context, got {type(dataset_fn).__name__}.",
+            "returned" not in found,
+            f"make_dataset_fn should return a function of input_context, got {found.get('returned')}.",
+        )
+        runs, pipelines = found.get("runs"), found.get("pipelines")
+        expect(
+            isinstance(runs, list) and len(runs) == 2 and isinstance(pipelines, list) and len(pipelines) == 2,
+            "The run sent back neither both places' steps nor both input pipelines' batches.",
         )
         one_device = [list(range(i, min(i + g, n))) for i in range(0, n, g)]
 
-        for strategy, where in (
-            (tf.distribute.get_strategy(), "On one device,"),
-            (checking_strategy(), "On 2 replicas,"),
-        ):
-            steps = _replica_batches(strategy, dataset_fn, len(one_device) + 1)
+        for run, where in zip(runs, ("On one device,", "On 2 replicas,")):
+            steps = _read(run, "steps")
             got = [sorted(i for part in step for i in part) for step in steps]
             if got == one_device:
                 continue
@@ -430,12 +561,8 @@ def check_per_replica_dataset_fn(make_dataset_fn: Callable[[Any, Any, int], Any]
 
         # Two input pipelines, as on 2 workers of 2 replicas each.
         read = []
-        for k in range(2):
-            context = tf.distribute.InputContext(
-                num_input_pipelines=2, input_pipeline_id=k, num_replicas_in_sync=4
-            )
-            pipeline = itertools.islice(dataset_fn(context), n + 1)  # at most n batches, repeated or not
-            batches = [_example_ids(b, "An element of your dataset") for b in pipeline]
+        for k, pipeline in enumerate(pipelines):
+            batches = _read(pipeline, "batches")
             sizes = sorted({len(b) for b in batches})
             expect(
                 sizes == [g // 4],
@@ -510,35 +637,60 @@ def _eval_reference(
     return float(ce[real].mean()), float(correct[real].mean())
 
 
+@harness
+def evaluation_metrics(
+    make_distributed_test_step: Callable[..., Any],
+    replicas: int,
+    weights: list,
+    images: Any,
+    labels: Any,
+    mask: Any,
+) -> dict[str, Any]:
+    """The student's step over the padded test set ``(images, labels, mask)`` on one device
+    (``replicas`` 1) or on the 2-replica checking strategy, from ``weights`` (:func:`evaluate_with`):
+    the metrics' ``loss`` and ``accuracy``, or ``raised``, what the step raised (:func:`_raised`)."""
+    strategy = _tf().distribute.get_strategy() if replicas == 1 else checking_strategy()
+    try:
+        loss, accuracy = evaluate_with(strategy, make_distributed_test_step, weights, (images, labels, mask))
+    except (ExerciseError, NotImplementedError):
+        raise
+    except Exception as error:  # the check says what it means
+        return {"raised": _raised(error)}
+    return {"loss": loss, "accuracy": accuracy}
+
+
 def check_distributed_test_step(make_distributed_test_step: Callable[..., Any]) -> None:
     """``make_distributed_test_step(strategy, model, loss_metric, accuracy)`` returns a step that,
     over a padded test set, leaves in the metrics what one device measures on the real examples."""
-    tf = _tf()
     with exercise("distributed_test_step"):
         weights = ref.initial_weights(seed=3)
         images, labels, mask = eval_data()
         right = _eval_reference(weights, images, labels, mask)
         unmasked = _eval_reference(weights, images, labels, np.ones_like(mask))
 
-        for strategy, where in (
-            (tf.distribute.get_strategy(), "On one device,"),
-            (checking_strategy(), "On 2 replicas,"),
-        ):
-            try:
-                loss, accuracy = evaluate_with(
-                    strategy, make_distributed_test_step, weights, (images, labels, mask)
-                )
-            except (ExerciseError, NotImplementedError):
-                raise
-            except Exception as error:
-                if "replica context" in str(error) or "PerReplica" in str(error):
+        for replicas, where in ((1, "On one device,"), (2, "On 2 replicas,")):
+            found = in_kernel(
+                evaluation_metrics, make_distributed_test_step, replicas, weights, images, labels, mask
+            )
+            expect(
+                isinstance(found, dict) and (set(found) == {"raised"} or set(found) == {"loss", "accuracy"}),
+                f"{where} the run sent back no metrics.",
+            )
+            if "raised" in found:
+                message = str(found["raised"].get("message", "")) if isinstance(found["raised"], dict) else ""
+                if "replica context" in message or "PerReplica" in message:
                     raise ExerciseError(
                         f"{where} your step used a per-replica value (the replicas' labels or "
                         "logits) outside strategy.run, and TensorFlow refused it. Update the "
                         "metrics inside the function that strategy.run runs on each replica: "
                         "each replica then adds its own examples to its own accumulators."
-                    ) from None
-                raise
+                    )
+                _raise_again(found["raised"])
+            expect(
+                all(isinstance(found[k], (int, float)) and not isinstance(found[k], bool) for k in found),
+                f"{where} the run sent back no metrics.",
+            )
+            loss, accuracy = float(found["loss"]), float(found["accuracy"])
             if abs(loss - right[0] * mask.sum() / len(mask)) < 1e-4 * right[0]:  # Mean of loss * mask
                 raise ExerciseError(
                     f"{where} multiplying by the mask leaves padding in the count: pass it as sample_weight=mask."
