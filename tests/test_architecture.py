@@ -219,4 +219,6 @@ def test_the_core_is_small() -> None:
     # and by 100 more (13,095 -> 13,143) for 06's masked_last_batch judged outside the kernel (its harness
     # records what the strategy, the dataset and the model saw; the judge replays the hints) and 01's
     # checks splitting a batch as TensorFlow does.
-    assert whole <= 13200, f"course_utils is {whole} lines"
+    # and by 100 more (13,143 -> 13,247) for 01's replica_step and 02's run_and_combine and fix_train_step
+    # judged outside the kernel (their harnesses run the student's step and send back what each replica got).
+    assert whole <= 13300, f"course_utils is {whole} lines"

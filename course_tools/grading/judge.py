@@ -130,6 +130,9 @@ JUDGED: dict[str, Judged] = {
     "clip_after_sum": Judged("loss_scaling_pitfalls", "check_clip_after_sum", ("fn:clip_summed_gradients",)),
     "logged_steps": Judged("performance", "check_logged_steps", ("fn:make_logged_steps",)),
     "dataset_fn": Judged("performance", "check_dataset_fn", ("fn:make_dataset_fn",)),
+    "replica_step": Judged("data_parallelism", "check_replica_step", ("fn:make_replica_step",)),
+    "run_and_combine": Judged("strategy_types", "check_run_and_combine", ("fn:run_and_combine",)),
+    "fix_train_step": Judged("strategy_types", "check_fix_train_step", ("fn:train_step",)),
     # the naive port is the notebook's code, not the student's: the judge measures its own copy
     "masked_last_batch": Judged("tpu_and_hardware_detection", "check_masked_last_batch", ("fn:evaluate_all",)),
     "worker_input": Judged("multi_worker_training", "check_worker_input", ("fn:INPUT",)),
