@@ -8,6 +8,7 @@ tests/test_grade.py grades the hostile class through the real command.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import socket
 import threading
@@ -375,6 +376,46 @@ def _run_master_cell(notebook: str, marker: str, namespace: dict[str, Any]) -> N
     exec(compile(source, f"<master cell {marker}>", "exec"), namespace)
 
 
+#: The answers that use what a cell above them defined (notebook 02's SUM, its make_replica_step).
+USES_CELLS_ABOVE = {"run_and_combine", "fix_train_step"}
+
+
+def _cells_above(ident: str, answer: str) -> str:
+    """The functions and top-level names that cells above ``ident``'s answer define and the answer
+    uses without defining them (as the notebook's kernel has them), as source; "" for the others."""
+    import nbformat
+
+    from course_tools.cellmeta import exercise_id, role
+
+    if ident not in USES_CELLS_ABOVE:
+        return ""
+    used = {
+        n.id for n in ast.walk(ast.parse(answer)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+    found: dict[str, str] = {}
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        cells = nbformat.read(path, as_version=4).cells
+        if not any(role(c) == "solution" and exercise_id(c) == ident for c in cells):
+            continue
+        for cell in cells:
+            if role(cell) == "solution" and exercise_id(cell) == ident:
+                break
+            if cell.cell_type != "code":
+                continue
+            try:
+                tree = ast.parse(code.neutralise_shell(cell.source))
+            except SyntaxError:
+                continue
+            for node in tree.body:
+                names = [node.name] if isinstance(node, ast.FunctionDef) else [
+                    t.id for a in ([node] if isinstance(node, ast.Assign) else [])
+                    for t in ast.walk(a.targets[0]) if isinstance(t, ast.Name)
+                ]  # fmt: skip
+                if set(names) & used:
+                    found.update(dict.fromkeys(names, ast.unparse(node)))
+    return "\n".join(dict.fromkeys(found.values()))
+
+
 @pytest.mark.parametrize("seed", [3, 11, 29])
 @pytest.mark.parametrize("ident", sorted(judge.JUDGED))
 def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident, seed, tmp_path) -> None:
@@ -411,6 +452,7 @@ def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident
 
     filename = f"<master {ident}>"  # as IPython does, so that AutoGraph can read the answer's source
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(_cells_above(ident, source), f"<above {ident}>", "exec"), namespace)
     exec(compile(source, filename, "exec"), namespace)  # the course's own answer, not a student's
     functions = {name: namespace[name] for name in entry.functions}
     literals = {name: source for name in entry.literals}
@@ -456,8 +498,115 @@ def _wrong_answers(tf: Any) -> list[tuple[str, str, Callable[..., Any], str]]:
 
     return [
         ("global_moments", "global_moments", own_moments, "its own examples"),
+        *_wrong_replica_steps(tf),
+        *_wrong_run_and_combines(tf),
+        *_wrong_train_steps(tf),
         ("replica_dropout", "replica_dropout", same_mask, "both replicas drew the same mask"),
         ("clip_after_sum", "clip_summed_gradients", local_clip, "Each replica clipped its own gradient"),
+    ]
+
+
+def _wrong_replica_steps(tf: Any) -> list[tuple[str, str, Callable[..., Any], str]]:
+    """01's replica_step: one device's tf.reduce_mean, and a gradient all-reduced before it is returned."""
+
+    def make(loss: str = "global", all_reduce: bool = False) -> Callable[..., Any]:
+        def make_replica_step(kernel, bias, global_batch):
+            def replica_step(x, y):
+                with tf.GradientTape() as tape:
+                    per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(y, x @ kernel + bias)
+                    value = (
+                        tf.reduce_mean(per_example)
+                        if loss == "mean"
+                        else tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+                    )
+                grads = tape.gradient(value, [kernel, bias])
+                return tf.distribute.get_replica_context().all_reduce("SUM", grads) if all_reduce else grads
+
+            return replica_step
+
+        return make_replica_step
+
+    return [
+        ("replica_step", "make_replica_step", make(loss="mean"), "averages over its own examples"),
+        ("replica_step", "make_replica_step", make(all_reduce=True), "returns the all-reduced gradient"),
+    ]
+
+
+def _wrong_run_and_combines(tf: Any) -> list[tuple[str, str, Callable[..., Any], str]]:
+    """02's run_and_combine: the loss reduced with MEAN, one replica's predictions, the predictions
+    reduced (reduce's AddN error, caught in the kernel), the batch never distributed."""
+    SUM, MEAN = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
+
+    def make(loss_op: Any = SUM, predicted: str = "gather", distribute: bool = True) -> Callable[..., Any]:
+        def run_and_combine(strategy, step_fn, x, y):
+            batch = (tf.constant(x), tf.constant(y))
+            if distribute:
+                dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(len(x))
+                batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
+            out = tf.function(lambda inputs: strategy.run(step_fn, args=inputs))(batch)
+            classes = {
+                "gather": lambda: strategy.gather(out["predicted"], axis=0),
+                "first": lambda: strategy.experimental_local_results(out["predicted"])[0],
+                "sum": lambda: strategy.reduce(SUM, out["predicted"], axis=None),
+            }[predicted]()
+            return {
+                "loss": float(strategy.reduce(loss_op, out["loss"], axis=None)),
+                "predicted": classes.numpy(),
+                "correct": int(strategy.reduce(SUM, out["correct"], axis=None)),
+            }
+
+        return run_and_combine
+
+    name = "run_and_combine"
+    return [
+        (name, name, make(loss_op=MEAN), "MEAN divides them by the replicas once more"),
+        (name, name, make(predicted="first"), "4 predictions for 7 examples"),
+        (name, name, make(predicted="sum"), "vectors of different lengths: reduce adds"),
+        (name, name, make(distribute=False), "each replica received all 7 examples: distribute the batch"),
+    ]
+
+
+def _wrong_train_steps(tf: Any) -> list[tuple[str, str, Callable[..., Any], str]]:
+    """02's fix_train_step: the notebook's buggy step (Keras's AssertionError, crossing as itself),
+    the scope fixed but the batch given whole to every replica, a replica's share as the global batch."""
+    import keras
+
+    SUM = tf.distribute.ReduceOp.SUM
+
+    def make(in_scope: bool = True, distribute: bool = True, own_share: bool = False) -> Callable[..., Any]:
+        def train_step(strategy, make_model, x, y):
+            with strategy.scope() if in_scope else contextlib.nullcontext():
+                model = make_model()
+            with strategy.scope():
+                sgd = keras.optimizers.SGD(0.1)
+                sgd.build(model.trainable_variables)
+            global_batch = len(x) // strategy.num_replicas_in_sync if own_share else len(x)
+
+            def replica_step(xs, ys):
+                with tf.GradientTape() as tape:
+                    errors = tf.squeeze(model(xs), axis=1) - ys
+                    loss = tf.nn.compute_average_loss(tf.square(errors), global_batch_size=global_batch)
+                sgd.apply_gradients(
+                    zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+                )
+                return loss
+
+            batch = (tf.constant(x), tf.constant(y))
+            if distribute:
+                dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(len(x))
+                batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
+            step = tf.function(
+                lambda inputs: strategy.reduce(SUM, strategy.run(replica_step, args=inputs), axis=None)
+            )
+            return float(step(batch)), model.get_weights()
+
+        return train_step
+
+    name = "fix_train_step"
+    return [
+        (name, "train_step", make(in_scope=False, distribute=False), "outside strategy.scope()"),
+        (name, "train_step", make(distribute=False), "strategy.run gave every replica the whole batch"),
+        (name, "train_step", make(own_share=True), "each replica divided its loss by its own share"),
     ]
 
 
@@ -592,9 +741,35 @@ def test_notebook_04s_mistakes_are_named_by_the_judge_from_what_its_harnesses_se
         assert status == "failed" and said in message, (ident, said, message)
 
 
+def _by_heart() -> list[tuple[str, Any]]:
+    """What a kernel that learned the notebook's run by heart sends each harness call: one device's
+    right run on the notebook's own data (01's replica_step, 02's run_and_combine and fix_train_step)."""
+    from course_utils.exercises import strategy_types as st
+
+    # check_replica_step's notebook data, its first case: 1 replica, 16 examples
+    rng = np.random.default_rng(11)
+    params = {"kernel": 0.3 * rng.normal(size=(4, 3)), "bias": 0.1 * rng.normal(size=3)}
+    x, y = rng.normal(size=(16, 4)).astype(np.float32), rng.integers(0, 3, size=16).astype(np.int32)
+    grads = data_parallelism.mean_loss_gradient(params, x.astype(np.float64), y)
+    weights, sx, sy = st.score_data()
+    logits = sx @ weights
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    losses = np.log(np.exp(shifted).sum(axis=1)) - shifted[np.arange(len(sy)), sy]
+    rx, ry = st.regression_data()
+    loss, after = st.one_device_step(rx, ry)
+    return [
+        ("replica_step", {"callable": True, "type": "list", "length": 2,
+                          "local": [[grads["kernel"]], [grads["bias"]]]}),
+        ("run_and_combine", {"seen": [[0, sx]], "shown": "", "result": {
+            "loss": float(losses.mean()), "predicted": logits.argmax(axis=1), "correct": 3}}),
+        ("fix_train_step", {"seen": [[0, rx]], "shown": "", "result": [loss, [after[:3, None], after[3:]]]}),
+    ]  # fmt: skip
+
+
 def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
     """A kernel that answers a harness with made-up data (no replicas' results, or zeros) fails: the
-    judge checks what comes back against its own references, whatever the kernel ran."""
+    judge checks what comes back against its own references, whatever the kernel ran. One that sends
+    the notebook's right numbers, learned by heart, fails on the data drawn at grading time."""
     loop_ran = {"traced": True, "function": "Function", "traces": 1, "refused": [], "losses": [0.0] * 3,
                 "shapes": [(8, 6)], "steps": 5, "built_by_a_step": False, "update": np.zeros(21)}  # fmt: skip
     for ident, forged in [("global_moments", []), ("replica_dropout", [[], [], []]), ("masked_last_batch", {"pair": False}),
@@ -603,7 +778,11 @@ def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
                           ("padded_loss", []), ("padded_loss", [{"value": 0.0}] * 5),
                           ("per_replica_dataset_fn", {"runs": [{"steps": []}] * 2, "pipelines": [{"batches": []}] * 2}),
                           ("distributed_test_step", {"loss": 0.0, "accuracy": 1.0}),
-                          ("distributed_test_step", {})]:  # fmt: skip
+                          ("distributed_test_step", {}),
+                          ("replica_step", {"callable": True, "type": "list", "length": 2, "local": [[], []]}),
+                          ("run_and_combine", {"seen": [], "result": None, "shown": ""}),
+                          ("fix_train_step", {"seen": [], "result": [0.0, []], "shown": ""}),
+                          *_by_heart()]:  # fmt: skip
         ours, theirs = socket.socketpair()
 
         def kernel(sock: socket.socket = theirs, ident: str = ident, forged: Any = forged) -> None:
@@ -617,10 +796,14 @@ def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
 
         thread = threading.Thread(target=kernel, daemon=True)
         thread.start()
-        with ours, ours.makefile("rb") as stream:
-            assert answers.read_message(stream) == {"serve": ident}
-            status, message = judge.judge_one(ident, {}, ours, stream)
-            answers.write_message(ours, {"verdict": status, "message": message})
+        exercises.UNSEEN = __import__("random").Random(1)  # as the grader: data the notebook never showed
+        try:
+            with ours, ours.makefile("rb") as stream:
+                assert answers.read_message(stream) == {"serve": ident}
+                status, message = judge.judge_one(ident, {}, ours, stream)
+                answers.write_message(ours, {"verdict": status, "message": message})
+        finally:
+            exercises.UNSEEN = None
         thread.join(timeout=10)
         assert status == "failed", (ident, status, message)
 

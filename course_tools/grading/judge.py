@@ -144,6 +144,9 @@ JUDGED: dict[str, Judged] = {
                                      ("fn:make_dataset_fn",)),
     "distributed_test_step": Judged("custom_training_loops", "check_distributed_test_step",
                                     ("fn:make_distributed_test_step",)),
+    "replica_step": Judged("data_parallelism", "check_replica_step", ("fn:make_replica_step",)),
+    "run_and_combine": Judged("strategy_types", "check_run_and_combine", ("fn:run_and_combine",)),
+    "fix_train_step": Judged("strategy_types", "check_fix_train_step", ("fn:train_step",)),
     # the naive port is the notebook's code, not the student's: the judge measures its own copy
     "masked_last_batch": Judged("tpu_and_hardware_detection", "check_masked_last_batch", ("fn:evaluate_all",)),
     # the notebook's cluster is the kernel's: the harness runs the student's code on it, the judge

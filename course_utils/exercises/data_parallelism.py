@@ -10,7 +10,7 @@ from ..checks import exercise, expect, expect_close, passed
 from ..compare import factor, flat
 from ..runtime import import_tensorflow as _tf
 from ..strategies import mirrored_cpus
-from . import unseen
+from . import harness, in_kernel, unseen
 
 
 def mean_loss_gradient(params: dict, x: np.ndarray, y: np.ndarray) -> dict:
@@ -167,44 +167,79 @@ def _step_hint(parts: list[np.ndarray], shares: list[np.ndarray], batch: int) ->
     return f"{on}: {f:.2f}x one device's: you divide by {batch / f:.3g}, not by the global batch ({batch})"
 
 
+@harness
+def replica_step_run(
+    make_replica_step: Callable[..., Any], replicas: int, params: list, x: np.ndarray, y: np.ndarray
+) -> dict[str, Any]:
+    """``make_replica_step(kernel, bias, len(x))``'s step run by ``strategy.run`` in a ``tf.function``
+    on ``replicas`` (1: the default strategy) from ``params`` ``[kernel, bias]``, on the global batch
+    ``(x, y)``: whether it made a function, what ``replica_step`` returned (its type, its length) and,
+    for each thing it returned, each replica's value as an array (``None`` for ``None``)."""
+    tf = _tf()
+    strategy = _one_device() if replicas == 1 else mirrored_cpus(replicas, needed_by="This check")
+    with strategy.scope():
+        kernel, bias = (tf.Variable(p, dtype=tf.float32) for p in params)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(len(x))
+    x_dist, y_dist = next(iter(strategy.experimental_distribute_dataset(data)))
+    replica_step = make_replica_step(kernel, bias, len(x))
+    if not callable(replica_step):
+        return {"callable": False}
+    result = tf.function(lambda a, b: strategy.run(replica_step, args=(a, b)))(x_dist, y_dist)
+    pair = isinstance(result, (list, tuple)) and len(result) == 2
+    local = [list(strategy.experimental_local_results(g)) for g in result] if pair else []
+    return {
+        "callable": True,
+        "type": type(result).__name__,
+        "length": len(result) if isinstance(result, (list, tuple)) else None,
+        "local": [[None if t is None else _array(t) for t in values] for values in local],
+    }
+
+
+def _array(value: Any) -> np.ndarray:
+    """A replica's value as numbers: a tensor's, or NaNs of its shape for what is not numbers."""
+    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    return array if array.dtype.kind in "biuf" else np.full(tuple(getattr(value, "shape", ())), np.nan)
+
+
 def check_replica_step(make_replica_step: Callable[..., Any]) -> None:
     """``make_replica_step(kernel, bias, global_batch)`` returns ``replica_step(x, y)``, this replica's
     gradients ``[kernel, bias]``; run by ``strategy.run`` in a ``tf.function`` on 1 and 2 replicas
-    (a short batch too), each replica's must be the gradient of its examples' loss sum / the global batch."""
-    tf = _tf()
+    (a short batch too), each replica's must be the gradient of its examples' loss sum / the global batch.
+    The run is :func:`replica_step_run`'s; the judgement and the references are here."""
     drawn = unseen()
     rng = np.random.default_rng(11 if drawn is None else drawn.randrange(2**31))
     params = {"kernel": 0.3 * rng.normal(size=(4, 3)), "bias": 0.1 * rng.normal(size=3)}
     x_all, y_all = rng.normal(size=(16, 4)).astype(np.float32), rng.integers(0, 3, size=16).astype(np.int32)
     with exercise("replica_step"):
         for replicas, batch in STEP_CASES:
-            strategy = _one_device() if replicas == 1 else mirrored_cpus(replicas, needed_by="This check")
-            with strategy.scope():
-                kernel = tf.Variable(params["kernel"], dtype=tf.float32)
-                bias = tf.Variable(params["bias"], dtype=tf.float32)
             x, y = x_all[:batch], y_all[:batch]
-            data = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
-            x_dist, y_dist = next(iter(strategy.experimental_distribute_dataset(data)))
-            replica_step = make_replica_step(kernel, bias, batch)
-            expect(callable(replica_step), "make_replica_step must return the function replica_step(x, y).")
-            result = tf.function(lambda a, b: strategy.run(replica_step, args=(a, b)))(x_dist, y_dist)
-            expect(
-                isinstance(result, (list, tuple)) and len(result) == 2,
-                "replica_step must return this replica's gradients [kernel, bias] "
-                f"(got {type(result).__name__}{f' of {len(result)}' if isinstance(result, (list, tuple)) else ''}).",
+            ran = in_kernel(
+                replica_step_run, make_replica_step, replicas, [params["kernel"], params["bias"]], x, y
             )
-            values = [t for g in result for t in strategy.experimental_local_results(g)]
             expect(
-                None not in values,
+                isinstance(ran, dict) and ran.get("callable") is True,
+                "make_replica_step must return the function replica_step(x, y).",
+            )
+            length = ran.get("length")
+            expect(
+                ran.get("type") in ("list", "tuple") and length == 2,
+                "replica_step must return this replica's gradients [kernel, bias] "
+                f"(got {ran.get('type')}{f' of {length}' if isinstance(length, int) else ''}).",
+            )
+            local = ran.get("local")
+            local = local if isinstance(local, list) and all(isinstance(v, list) for v in local) else []
+            values = [t for v in local for t in v]
+            expect(
+                not any(t is None for t in values),
                 "tape.gradient gave None: compute the loss inside the tape, from kernel and bias.",
             )
-            shapes = [tuple(getattr(t, "shape", ())) for t in values]
+            shapes = [tuple(np.shape(t)) for t in values]
             expect(
-                shapes == [(4, 3)] * replicas + [(3,)] * replicas,
+                shapes == [(4, 3)] * replicas + [(3,)] * replicas
+                and [len(v) for v in local] == [replicas] * 2,
                 f"replica_step must return [kernel gradient (4, 3), bias gradient (3,)] in that order (got shapes {shapes}).",
             )
-            pairs = zip(*(strategy.experimental_local_results(g) for g in result))
-            parts = [_flat({"kernel": k.numpy(), "bias": b.numpy()}) for k, b in pairs]
+            parts = [_flat({"kernel": k, "bias": b}) for k, b in zip(*local)]
             shards = zip(shard(x.astype(np.float64), replicas), shard(y, replicas))
             shares = [_flat(mean_loss_gradient(params, xs, ys)) * len(ys) / batch for xs, ys in shards]
             if not all(np.allclose(p, s, rtol=0, atol=STEP_TOLERANCE) for p, s in zip(parts, shares)):

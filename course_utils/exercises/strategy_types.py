@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 
 from ..checks import exercise, expect, expect_close, passed
 from ..strategies import mirrored_cpus
-from . import unseen
+from . import harness, in_kernel, unseen
 
 #: (machines, devices per machine, device type, synchronous, answer, the cluster in words)
 SCENARIOS: tuple[tuple[int, int, str, bool, str, str], ...] = (
@@ -92,11 +92,12 @@ def check_choose_strategy(choose_strategy: Callable[..., str]) -> None:
 SCORE_EXAMPLES, SCORE_CLASSES = 7, 3
 
 
-def score_data() -> tuple[Any, Any, Any]:
-    """``(weights, x, y)`` of ``run_and_combine``: a weight matrix, 7 examples and their labels."""
+def score_data(seed: int = 7) -> tuple[Any, Any, Any]:
+    """``(weights, x, y)`` of ``run_and_combine``: a weight matrix, 7 examples and their labels
+    (another seed: the judge's, the student never saw them)."""
     import numpy as np
 
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     weights = rng.normal(size=(3, SCORE_CLASSES)).astype("float32")
     x = rng.normal(size=(SCORE_EXAMPLES, 3)).astype("float32")
     y = (x @ weights).argmax(axis=1).astype("int32")
@@ -135,19 +136,25 @@ def _witness(seen: list[tuple[int, Any]], rows: Any) -> None:
         tf.py_function(record, [context.replica_id_in_sync_group, rows], [])
 
 
-def _combined(result: Any, n: int, replicas: int) -> tuple[float, Any, float]:
-    """``(loss, predicted, correct)`` from what ``run_and_combine`` returned, or a hint."""
+def _numbers(value: Any) -> Any:
+    """A returned value as the harness sends it: a tensor's numbers, anything else as it is."""
+    return value.numpy() if hasattr(value, "numpy") else value
+
+
+def _combined(result: Any, shown: Any, n: int, replicas: int) -> tuple[float, Any, float]:
+    """``(loss, predicted, correct)`` from ``run_and_combine``'s three outputs as :func:`combine_run`
+    sent them (``None`` when it did not return them: ``shown`` is what it returned), or a hint."""
     import numpy as np
 
     expect(
         isinstance(result, dict) and {"loss", "predicted", "correct"} <= set(result),
-        f"Return a dict with the step's three keys, 'loss', 'predicted' and 'correct' (got {result!r:.80}).",
+        f"Return a dict with the step's three keys, 'loss', 'predicted' and 'correct' (got {shown}).",
     )
     values = {}
     for key in ("loss", "predicted", "correct"):
         value = result[key]
         try:
-            values[key] = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+            values[key] = np.asarray(value)
         except ValueError:  # a ragged list: one entry per replica
             expect(
                 False,
@@ -171,38 +178,77 @@ def _combined(result: Any, n: int, replicas: int) -> tuple[float, Any, float]:
     return float(values["loss"].reshape(-1)[0]), predicted, float(values["correct"].reshape(-1)[0])
 
 
-def check_run_and_combine(run_and_combine: Callable[[Any, Any, Any, Any], Any]) -> None:
-    """``run_and_combine(strategy, step_fn, x, y)``: one global batch through ``strategy.run``,
-    each output combined as one device computes it, on one device and on 2 replicas."""
-    import numpy as np
+@harness
+def combine_run(
+    run_and_combine: Callable[[Any, Any, Any, Any], Any], replicas: int, weights: Any, x: Any, y: Any
+) -> dict[str, Any]:
+    """``run_and_combine(strategy, step_fn, x, y)`` on ``replicas`` (``checking_strategy``), with
+    :func:`make_score_step`'s step of ``weights`` as ``step_fn``, witnessed: what each replica's step
+    received (``[replica id, rows]`` as they ran) and the three outputs it returned as numbers (or
+    how what it returned looks); or what ``strategy.reduce`` said adding vectors of different lengths."""
     import tensorflow as tf
 
     from ..compare import checking_strategy
 
-    weights, x, y = score_data()
+    step_fn, seen = make_score_step(weights, len(x)), list[tuple[int, Any]]()
+
+    def witnessed(x_part: Any, y_part: Any) -> Any:
+        _witness(seen, x_part)
+        return step_fn(x_part, y_part)
+
+    try:
+        result = run_and_combine(checking_strategy(replicas), witnessed, x, y)
+    except tf.errors.InvalidArgumentError as error:
+        if "AddN" not in str(error):
+            raise
+        return {"seen": [], "error": str(error)[:2000]}
+    keys = ("loss", "predicted", "correct")
+    whole = isinstance(result, dict) and set(keys) <= set(result)
+    return {
+        "seen": [[replica, rows] for replica, rows in seen],
+        "result": {key: _numbers(result[key]) for key in keys} if whole else None,
+        "shown": "" if whole else f"{result!r:.80}",
+    }
+
+
+def _received(ran: Any, width: int) -> list[tuple[int, Any]]:
+    """The ``(replica id, rows)`` a harness sent, checked for shape (a forged record fails)."""
+    import numpy as np
+
+    seen = ran.get("seen") if isinstance(ran, dict) else None
+    expect(
+        isinstance(seen, list)
+        and all(isinstance(r, (list, tuple)) and len(r) == 2 and isinstance(r[0], int) for r in seen)
+        and all(np.ndim(rows) == 2 and np.shape(rows)[1] == width for _, rows in seen),
+        "The grader could not read what the replicas received.",
+    )
+    assert isinstance(seen, list)
+    return [(int(replica), np.asarray(rows)) for replica, rows in seen]
+
+
+def check_run_and_combine(run_and_combine: Callable[[Any, Any, Any, Any], Any]) -> None:
+    """``run_and_combine(strategy, step_fn, x, y)``: one global batch through ``strategy.run``,
+    each output combined as one device computes it, on one device and on 2 replicas. The run is
+    :func:`combine_run`'s (data drawn by the judge when grading); the judgement is here."""
+    import numpy as np
+    import tensorflow as tf
+
+    drawn = unseen()
+    weights, x, y = score_data(7 if drawn is None else drawn.randrange(2**31))
     n = len(x)
     step_fn = make_score_step(weights, n)
     reference = {k: np.asarray(v) for k, v in step_fn(tf.constant(x), tf.constant(y)).items()}
     want_loss, want_correct = float(reference["loss"]), float(reference["correct"])
     with exercise("run_and_combine"):
         for replicas in (1, 2):
-            strategy = checking_strategy(replicas)
             where = "on one device" if replicas == 1 else f"on {replicas} replicas"
-            seen: list[tuple[int, Any]] = []
-
-            def witnessed(x_part: Any, y_part: Any, seen: list[tuple[int, Any]] = seen) -> Any:
-                _witness(seen, x_part)
-                return step_fn(x_part, y_part)
-
-            try:
-                result = run_and_combine(strategy, witnessed, x, y)
-            except tf.errors.InvalidArgumentError as error:
-                expect(
-                    "AddN" not in str(error),
-                    f"{where.capitalize()} strategy.reduce failed adding vectors of different lengths: "
-                    "reduce adds the replicas' values element by element, it does not concatenate them.",
-                )
-                raise
+            ran = in_kernel(combine_run, run_and_combine, replicas, weights, x, y)
+            expect(
+                not (isinstance(ran, dict) and ran.get("error")),
+                f"{where.capitalize()} strategy.reduce failed adding vectors of different lengths: "
+                "reduce adds the replicas' values element by element, it does not concatenate them.",
+            )
+            seen = _received(ran, x.shape[1])
             received = [len(rows) for _, rows in sorted(seen, key=lambda record: record[0])]
             if replicas > 1:
                 expect(
@@ -222,7 +268,7 @@ def check_run_and_combine(run_and_combine: Callable[[Any, Any, Any, Any], Any]) 
                     f"{where.capitalize()} the replicas' steps received {received} examples, not the {n} once "
                     "each: split the global batch among the replicas first.",
                 )
-            loss, predicted, correct = _combined(result, n, replicas)
+            loss, predicted, correct = _combined(ran.get("result"), ran.get("shown"), n, replicas)
             if replicas > 1:
                 index = {tuple(row): i for i, row in enumerate(x)}
                 shares = [
@@ -282,11 +328,12 @@ def make_regressor(seen: Optional[list[tuple[int, Any]]] = None) -> Any:
     )
 
 
-def regression_data() -> tuple[Any, Any]:
-    """``(x, y)`` of ``fix_train_step``: 8 examples of 3 features and their targets."""
+def regression_data(seed: int = 2) -> tuple[Any, Any]:
+    """``(x, y)`` of ``fix_train_step``: 8 examples of 3 features and their targets (another seed:
+    the judge's, the student never saw them)."""
     import numpy as np
 
-    rng = np.random.default_rng(2)
+    rng = np.random.default_rng(seed)
     x = rng.normal(size=(TRAIN_EXAMPLES, TRAIN_FEATURES)).astype("float32")
     y = rng.normal(size=(TRAIN_EXAMPLES,)).astype("float32")
     return x, y
@@ -306,23 +353,43 @@ def one_device_step(x: Any, y: Any) -> tuple[float, Any]:
     )
 
 
+@harness
+def train_run(
+    train_step: Callable[[Any, Any, Any, Any], Any], replicas: int, x: Any, y: Any
+) -> dict[str, Any]:
+    """``train_step(strategy, make_model, x, y)`` on ``replicas`` (``checking_strategy``), with
+    :func:`make_regressor` witnessed as ``make_model``: what each replica's step received
+    (``[replica id, rows]`` as they ran) and the ``(loss, weights)`` it returned as numbers (or how
+    what it returned looks). Keras's ``AssertionError`` (variables made outside the scope) is raised."""
+    from ..compare import checking_strategy
+
+    seen: list[tuple[int, Any]] = []
+    result = train_step(checking_strategy(replicas), functools.partial(make_regressor, seen), x, y)
+    pair = isinstance(result, (tuple, list)) and len(result) == 2
+    return {
+        "seen": [[replica, rows] for replica, rows in seen],
+        "result": [_numbers(result[0]), [_numbers(w) for w in result[1]]] if pair else None,
+        "shown": "" if pair else f"{result!r:.80}",
+    }
+
+
 def check_fix_train_step(train_step: Callable[[Any, Any, Any, Any], Any]) -> None:
     """``train_step(strategy, make_model, x, y) -> (loss, weights)``: one SGD step, the same on one
-    device and on 2 replicas as the step written out on one device."""
+    device and on 2 replicas as the step written out on one device. The run is :func:`train_run`'s
+    (data drawn by the judge when grading); the judgement is here."""
     import numpy as np
 
-    from ..compare import checking_strategy, factor, mismatch
+    from ..compare import factor, mismatch
 
-    x, y = regression_data()
+    drawn = unseen()
+    x, y = regression_data(2 if drawn is None else drawn.randrange(2**31))
     want_loss, want = one_device_step(x, y)
     start = np.concatenate([np.ones(TRAIN_FEATURES), [0.0]])
     with exercise("fix_train_step"):
         for replicas in (1, 2):
-            strategy = checking_strategy(replicas)
             where = "On one device" if replicas == 1 else f"On {replicas} replicas"
-            seen: list[tuple[int, Any]] = []
             try:
-                result = train_step(strategy, functools.partial(make_regressor, seen), x, y)
+                ran = in_kernel(train_run, train_step, replicas, x, y)
             except AssertionError:
                 expect(
                     False,
@@ -330,9 +397,11 @@ def check_fix_train_step(train_step: Callable[[Any, Any, Any, Any], Any]) -> Non
                     "variables were made outside strategy.scope(), so they are not mirrored; build the "
                     "model inside the scope.",
                 )
+            seen = _received(ran, TRAIN_FEATURES)
+            result = ran.get("result")
             expect(
                 isinstance(result, (tuple, list)) and len(result) == 2,
-                f"Return (loss, model.get_weights()), two things (got {result!r:.80}).",
+                f"Return (loss, model.get_weights()), two things (got {ran.get('shown')}).",
             )
             loss, weights = result
             got = np.concatenate([np.asarray(w, np.float64).ravel() for w in weights])
