@@ -207,6 +207,8 @@ def test_the_core_is_small() -> None:
     # settings, moved to course_tools.bench.threads (-32);
     # and by 150 more (12,676 -> 12,824) for the harnesses: the part of a check that runs the student's
     # function on a strategy or a model runs in the grading kernel and returns numbers, the rest in the
-    # judge (exercises.harness/in_kernel, diagnostics.step_update/factor_of, 05's and 09's checks split).
+    # judge (exercises.harness/in_kernel, diagnostics.step_update/factor_of, 05's and 09's checks split);
+    # and by 250 more (13,083 lines now): 07's judged program exercises (+82, over the bound before) and
+    # 03's three fit checks split into harnesses and verdicts (+151).
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 12850, f"course_utils is {whole} lines"
+    assert whole <= 13100, f"course_utils is {whole} lines"

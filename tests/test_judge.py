@@ -8,6 +8,7 @@ tests/test_grade.py grades the hostile class through the real command.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import socket
 import threading
@@ -360,6 +361,29 @@ PROGRAM_FILES = {
 }
 
 
+#: The names of a cell above that an exercise's answer uses (03's fit_on_replicas compiles with LOSS).
+CELL_NAMES = {"fit_on_replicas": ("LOSS",)}
+
+
+def _cell_assignment(name: str) -> str:
+    """The masters' one top-level ``name = ...`` statement."""
+    import nbformat
+
+    found = []
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code":
+                continue
+            try:
+                tree = ast.parse(code.neutralise_shell(cell.source))
+            except SyntaxError:
+                continue
+            found += [ast.unparse(node) for node in tree.body if isinstance(node, ast.Assign)
+                      and [ast.unparse(t) for t in node.targets] == [name]]  # fmt: skip
+    assert len(found) == 1, (name, found)
+    return found[0]
+
+
 @pytest.mark.parametrize("seed", [3, 11, 29])
 @pytest.mark.parametrize("ident", sorted(judge.JUDGED))
 def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident, seed, tmp_path) -> None:
@@ -376,9 +400,17 @@ def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident
         status, message = judged(ident, {name: str(program) for name in entry.functions}, seed=seed)
         assert status == "passed", message
         return
+    import keras
+
     from course_utils.runtime import import_tensorflow
 
-    namespace: dict[str, Any] = {"np": np, "tf": import_tensorflow()}  # what the notebooks imported
+    namespace: dict[str, Any] = {
+        "np": np,
+        "tf": import_tensorflow(),
+        "keras": keras,
+    }  # what the notebooks imported
+    for name in CELL_NAMES.get(ident, ()):  # what the answer takes from a cell above, as that cell says it
+        exec(_cell_assignment(name), namespace)
     import linecache
 
     filename = f"<master {ident}>"  # as IPython does, so that AutoGraph can read the answer's source
@@ -426,10 +458,59 @@ def _wrong_answers(tf: Any) -> list[tuple[str, str, Callable[..., Any], str]]:
     def local_clip(grads, clip_norm):  # the optimizer's global_clipnorm, on each replica
         return tf.clip_by_global_norm(grads, clip_norm)[0]
 
+    import keras
+
+    def fit_script(scope: bool, global_batch: Callable[[Any, int], int]) -> Callable[..., Any]:
+        def fit_on_replicas(strategy, make_model, images, labels, per_replica_batch):
+            batches = tf.data.Dataset.from_tensor_slices((images, labels))
+            with strategy.scope() if scope else contextlib.nullcontext():
+                model = make_model()
+                model.compile(
+                    optimizer=keras.optimizers.SGD(0.05),
+                    loss=keras.losses.SparseCategoricalCrossentropy(True),
+                )
+            model.fit(batches.batch(global_batch(strategy, per_replica_batch)), epochs=1, verbose=0)
+            return model
+
+        return fit_on_replicas
+
+    def resumable(wrong: str) -> Callable[..., Any]:
+        def fit_resumable(strategy, make_model, dataset, epochs, backup_dir, callbacks=()):
+            with strategy.scope():
+                model = make_model()
+            if wrong == "list":  # `callbacks + [...]`: right on a list, not on the default ()
+                chosen = callbacks + [keras.callbacks.BackupAndRestore(backup_dir)]
+            else:  # ModelCheckpoint into backup_dir: files there, nothing fit resumes from
+                path = f"{backup_dir}/latest.weights.h5"
+                chosen = [keras.callbacks.ModelCheckpoint(path, save_weights_only=True), *callbacks]
+            model.fit(dataset, epochs=epochs, verbose=0, callbacks=chosen)
+            return model
+
+        return fit_resumable
+
     return [
         ("global_moments", "global_moments", own_moments, "its own examples"),
         ("replica_dropout", "replica_dropout", same_mask, "both replicas drew the same mask"),
         ("clip_after_sum", "clip_summed_gradients", local_clip, "Each replica clipped its own gradient"),
+        # the notebook's buggy script: no scope, batched per replica
+        (
+            "fit_on_replicas",
+            "fit_on_replicas",
+            fit_script(False, lambda s, p: p),
+            "built outside `with strategy",
+        ),
+        ("fit_on_replicas", "fit_on_replicas", fit_script(True, lambda s, p: p * 2), "hard-coded `* 2`"),
+        # the tutorial's pipeline (a short last batch), and the remainder dropped with an uneven batch
+        ("even_batches", "even_batches", lambda d, g, r: d.batch(g), "a mean of means"),
+        ("even_batches", "even_batches", lambda d, g, r: d.batch(g, drop_remainder=True), "fit raises"),
+        (
+            "even_batches",
+            "even_batches",
+            lambda d, g, r: d.batch(g - g % 2, drop_remainder=True),
+            "every batch must be a size that",
+        ),  # fmt: skip
+        ("fit_resumable", "fit_resumable", resumable("list"), "fails when `callbacks` is a tuple"),
+        ("fit_resumable", "fit_resumable", resumable("checkpoint"), "but no training_metadata.json"),
     ]
 
 
@@ -454,8 +535,21 @@ def test_a_harness_runs_the_students_code_in_the_kernel_and_its_mistake_is_named
 def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
     """A kernel that answers a harness with made-up data (no replicas' results, or zeros) fails: the
     judge checks what comes back against its own references, whatever the kernel ran."""
+    trained = {
+        "model": True,
+        "in_scope": True,
+        "optimizer_in_scope": True,
+        "steps": 4,
+        "epochs": 1,
+        "weights": np.zeros(28 * 28 * 16 + 16 + 16 * 10 + 10),
+    }  # the check model's count, all 0
     for ident, forged in [("global_moments", []), ("replica_dropout", [[], [], []]),
-                          ("clip_after_sum", {"update": [0.0], "loss": 0.0, "replicas": 2})]:  # fmt: skip
+                          ("clip_after_sum", {"update": [0.0], "loss": 0.0, "replicas": 2}),
+                          ("fit_on_replicas", trained),
+                          ("even_batches", {"returned": "Dataset", "sizes": [4], "images": [], "labels": [],
+                                            "update": []}),
+                          ("fit_resumable", {**trained, "interrupted": True, "saved": ["training_metadata.json"],
+                                             "begun": [2, 3]})]:  # fmt: skip
         ours, theirs = socket.socketpair()
 
         def kernel(sock: socket.socket = theirs, ident: str = ident, forged: Any = forged) -> None:

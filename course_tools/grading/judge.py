@@ -128,6 +128,10 @@ JUDGED: dict[str, Judged] = {
     "clip_after_sum": Judged("loss_scaling_pitfalls", "check_clip_after_sum", ("fn:clip_summed_gradients",)),
     "logged_steps": Judged("performance", "check_logged_steps", ("fn:make_logged_steps",)),
     "dataset_fn": Judged("performance", "check_dataset_fn", ("fn:make_dataset_fn",)),
+    # 03's fit exercises: the notebook hands its `mirrored`; the judge its own 2 replicas' recipe
+    "fit_on_replicas": Judged("keras_model_fit", "check_fit_on_replicas", ("fn:fit_on_replicas", "none:mirrored")),
+    "even_batches": Judged("keras_model_fit", "check_even_batches", ("fn:even_batches", "none:mirrored")),
+    "fit_resumable": Judged("keras_model_fit", "check_fit_resumable", ("fn:fit_resumable", "none:mirrored")),
     # the naive port is the notebook's code, not the student's: the judge measures its own copy
     "worker_input": Judged("multi_worker_training", "check_worker_input", ("fn:INPUT",)),
     # the notebook's cluster runs stay the notebook's feedback: the judge asks resume_point's answers
