@@ -225,5 +225,6 @@ def test_the_core_is_small() -> None:
     # and by 100 more (13,283 -> 13,366) for 06's tpu_ready_loop harness with the reading of its answer (+83).
     # and by 150 more (13,365 -> 13,517) for 04's three checks split into harnesses (+152).
     # and by 100 more (13,517 -> 13,621) for 01's and 02's three checks split into harnesses.
+    # and by 150 more (13,621 -> 13,772) for 03's three fit checks split into harnesses (+151).
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 13650, f"course_utils is {whole} lines"
+    assert whole <= 13800, f"course_utils is {whole} lines"

@@ -416,6 +416,29 @@ def _cells_above(ident: str, answer: str) -> str:
     return "\n".join(dict.fromkeys(found.values()))
 
 
+#: The names of a cell above that an exercise's answer uses (03's fit_on_replicas compiles with LOSS).
+CELL_NAMES = {"fit_on_replicas": ("LOSS",)}
+
+
+def _cell_assignment(name: str) -> str:
+    """The masters' one top-level ``name = ...`` statement."""
+    import nbformat
+
+    found = []
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code":
+                continue
+            try:
+                tree = ast.parse(code.neutralise_shell(cell.source))
+            except SyntaxError:
+                continue
+            found += [ast.unparse(node) for node in tree.body if isinstance(node, ast.Assign)
+                      and [ast.unparse(t) for t in node.targets] == [name]]  # fmt: skip
+    assert len(found) == 1, (name, found)
+    return found[0]
+
+
 @pytest.mark.parametrize("seed", [3, 11, 29])
 @pytest.mark.parametrize("ident", sorted(judge.JUDGED))
 def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident, seed, tmp_path) -> None:
@@ -445,6 +468,8 @@ def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident
     }  # what the notebooks imported
     if entry.module == "custom_training_loops":  # 04's answers use the loss its cell above made
         namespace["loss_object"] = _loss_object()
+    for name in CELL_NAMES.get(ident, ()):  # what the answer takes from a cell above, as that cell says it
+        exec(_cell_assignment(name), namespace)
     import linecache
 
     for notebook, marker in CELLS_ABOVE.get(ident, ()):  # what the answer calls from cells above it
@@ -496,6 +521,36 @@ def _wrong_answers(tf: Any) -> list[tuple[str, str, Callable[..., Any], str]]:
     def local_clip(grads, clip_norm):  # the optimizer's global_clipnorm, on each replica
         return tf.clip_by_global_norm(grads, clip_norm)[0]
 
+    import keras
+
+    def fit_script(scope: bool, global_batch: Callable[[Any, int], int]) -> Callable[..., Any]:
+        def fit_on_replicas(strategy, make_model, images, labels, per_replica_batch):
+            batches = tf.data.Dataset.from_tensor_slices((images, labels))
+            with strategy.scope() if scope else contextlib.nullcontext():
+                model = make_model()
+                model.compile(
+                    optimizer=keras.optimizers.SGD(0.05),
+                    loss=keras.losses.SparseCategoricalCrossentropy(True),
+                )
+            model.fit(batches.batch(global_batch(strategy, per_replica_batch)), epochs=1, verbose=0)
+            return model
+
+        return fit_on_replicas
+
+    def resumable(wrong: str) -> Callable[..., Any]:
+        def fit_resumable(strategy, make_model, dataset, epochs, backup_dir, callbacks=()):
+            with strategy.scope():
+                model = make_model()
+            if wrong == "list":  # `callbacks + [...]`: right on a list, not on the default ()
+                chosen = callbacks + [keras.callbacks.BackupAndRestore(backup_dir)]
+            else:  # ModelCheckpoint into backup_dir: files there, nothing fit resumes from
+                path = f"{backup_dir}/latest.weights.h5"
+                chosen = [keras.callbacks.ModelCheckpoint(path, save_weights_only=True), *callbacks]
+            model.fit(dataset, epochs=epochs, verbose=0, callbacks=chosen)
+            return model
+
+        return fit_resumable
+
     return [
         ("global_moments", "global_moments", own_moments, "its own examples"),
         *_wrong_replica_steps(tf),
@@ -503,6 +558,25 @@ def _wrong_answers(tf: Any) -> list[tuple[str, str, Callable[..., Any], str]]:
         *_wrong_train_steps(tf),
         ("replica_dropout", "replica_dropout", same_mask, "both replicas drew the same mask"),
         ("clip_after_sum", "clip_summed_gradients", local_clip, "Each replica clipped its own gradient"),
+        # the notebook's buggy script: no scope, batched per replica
+        (
+            "fit_on_replicas",
+            "fit_on_replicas",
+            fit_script(False, lambda s, p: p),
+            "built outside `with strategy",
+        ),
+        ("fit_on_replicas", "fit_on_replicas", fit_script(True, lambda s, p: p * 2), "hard-coded `* 2`"),
+        # the tutorial's pipeline (a short last batch), and the remainder dropped with an uneven batch
+        ("even_batches", "even_batches", lambda d, g, r: d.batch(g), "a mean of means"),
+        ("even_batches", "even_batches", lambda d, g, r: d.batch(g, drop_remainder=True), "fit raises"),
+        (
+            "even_batches",
+            "even_batches",
+            lambda d, g, r: d.batch(g - g % 2, drop_remainder=True),
+            "every batch must be a size that",
+        ),  # fmt: skip
+        ("fit_resumable", "fit_resumable", resumable("list"), "fails when `callbacks` is a tuple"),
+        ("fit_resumable", "fit_resumable", resumable("checkpoint"), "but no training_metadata.json"),
     ]
 
 
@@ -770,6 +844,14 @@ def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
     """A kernel that answers a harness with made-up data (no replicas' results, or zeros) fails: the
     judge checks what comes back against its own references, whatever the kernel ran. One that sends
     the notebook's right numbers, learned by heart, fails on the data drawn at grading time."""
+    trained = {
+        "model": True,
+        "in_scope": True,
+        "optimizer_in_scope": True,
+        "steps": 4,
+        "epochs": 1,
+        "weights": np.zeros(28 * 28 * 16 + 16 + 16 * 10 + 10),
+    }  # the check model's count, all 0
     loop_ran = {"traced": True, "function": "Function", "traces": 1, "refused": [], "losses": [0.0] * 3,
                 "shapes": [(8, 6)], "steps": 5, "built_by_a_step": False, "update": np.zeros(21)}  # fmt: skip
     for ident, forged in [("global_moments", []), ("replica_dropout", [[], [], []]), ("masked_last_batch", {"pair": False}),
@@ -782,6 +864,11 @@ def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
                           ("replica_step", {"callable": True, "type": "list", "length": 2, "local": [[], []]}),
                           ("run_and_combine", {"seen": [], "result": None, "shown": ""}),
                           ("fix_train_step", {"seen": [], "result": [0.0, []], "shown": ""}),
+                          ("fit_on_replicas", trained),
+                          ("even_batches", {"returned": "Dataset", "sizes": [4], "images": [], "labels": [],
+                                            "update": []}),
+                          ("fit_resumable", {**trained, "interrupted": True, "saved": ["training_metadata.json"],
+                                             "begun": [2, 3]}),
                           *_by_heart()]:  # fmt: skip
         ours, theirs = socket.socketpair()
 

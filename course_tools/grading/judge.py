@@ -147,6 +147,10 @@ JUDGED: dict[str, Judged] = {
     "replica_step": Judged("data_parallelism", "check_replica_step", ("fn:make_replica_step",)),
     "run_and_combine": Judged("strategy_types", "check_run_and_combine", ("fn:run_and_combine",)),
     "fix_train_step": Judged("strategy_types", "check_fix_train_step", ("fn:train_step",)),
+    # 03's fit exercises: the notebook hands its `mirrored`; the judge its own 2 replicas' recipe
+    "fit_on_replicas": Judged("keras_model_fit", "check_fit_on_replicas", ("fn:fit_on_replicas", "none:mirrored")),
+    "even_batches": Judged("keras_model_fit", "check_even_batches", ("fn:even_batches", "none:mirrored")),
+    "fit_resumable": Judged("keras_model_fit", "check_fit_resumable", ("fn:fit_resumable", "none:mirrored")),
     # the naive port is the notebook's code, not the student's: the judge measures its own copy
     "masked_last_batch": Judged("tpu_and_hardware_detection", "check_masked_last_batch", ("fn:evaluate_all",)),
     # the notebook's cluster is the kernel's: the harness runs the student's code on it, the judge

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import compare
 from ..checks import exercise, expect, passed
-from . import unseen
+from . import Watched, harness, in_kernel, unseen
 
 #: The script of exercise ``fit_on_replicas`` trains with plain SGD at this rate.
 SCRIPT_LEARNING_RATE = 0.05
@@ -112,20 +112,57 @@ def _copies(variable: Any) -> int:
     return len(getattr(value, "values", (value,)))
 
 
-def _expect_trained_on(model: Any, strategy: Any, hint_returns: str) -> None:
-    """The model came back, was compiled, and its weights and optimizer live on ``strategy``."""
+def _trained(model: Any, strategy: Any) -> dict[str, Any]:
+    """What came back, as plain data (a harness's): ``returned`` (its type's name), and for a model
+    whether its weights (``in_scope``) and optimizer (``optimizer_in_scope``) live on ``strategy``,
+    its ``steps``, the ``epochs`` of its last fit and its ``weights``, flat."""
     import keras
 
-    expect(isinstance(model, keras.Model), hint_returns.format(got=type(model).__name__))
+    if not isinstance(model, keras.Model):
+        return {"model": False, "returned": type(model).__name__}
+    facts: dict[str, Any] = {
+        "model": True,
+        "in_scope": model.distribute_strategy is strategy and _copies(model.trainable_variables[0]) == 2,
+        "optimizer_in_scope": model.optimizer is not None and _copies(model.optimizer.iterations) == 2,
+        "epochs": len(getattr(getattr(model, "history", None), "epoch", None) or []),
+        "weights": compare.flat(model.trainable_variables),
+    }
+    if model.optimizer is not None:
+        facts["steps"] = _iterations(model)
+    return facts
+
+
+def _expect_trained_on(run: Any, hint_returns: str) -> None:
+    """The model came back (``run``: :func:`_trained`'s facts), was compiled, and its weights and
+    optimizer live on the strategy."""
+    expect(isinstance(run, dict), hint_returns.format(got=type(run).__name__))
+    expect(run.get("model") is True, hint_returns.format(got=run.get("returned")))
     expect(
-        model.distribute_strategy is strategy and _copies(model.trainable_variables[0]) == 2,
+        run.get("in_scope") is True,
         "The model was built outside `with strategy.scope():`, so its weights have one copy and fit "
         "trains on one device; create the model inside the scope.",
     )
     expect(
-        model.optimizer is not None and _copies(model.optimizer.iterations) == 2,
+        run.get("optimizer_in_scope") is True,
         "The optimizer was created outside `with strategy.scope():`: compile the model inside the scope too.",
     )
+
+
+def _unwatched(strategy: Any) -> Any:
+    """The strategy itself, for a student's ``fit`` (its model's ``distribute_strategy`` is that one)."""
+    return strategy.strategy if isinstance(strategy, Watched) else strategy
+
+
+def _weights_of(run: dict[str, Any], reference: Any) -> np.ndarray:
+    """``run``'s flat weights, of ``reference``'s shape (a run that sent other numbers fails)."""
+    weights = np.asarray(run.get("weights", ()), np.float64)
+    want = compare.flat(reference.trainable_variables)
+    expect(
+        weights.shape == want.shape,
+        f"The trained model has {weights.size} weights, the check's model {want.size}: train the model "
+        "make_model() builds.",
+    )
+    return weights
 
 
 #: What Keras raises when ``fit`` meets an optimizer created outside the model's strategy scope.
@@ -145,21 +182,39 @@ def _call_student(function: Callable[..., Any], *args: Any) -> Any:
         raise
 
 
-def _weight_mismatch(mine: Any, reference: Any) -> float:
-    return compare.mismatch(
-        compare.flat(mine.trainable_variables), compare.flat(reference.trainable_variables)
-    )
+def _weight_mismatch(weights: np.ndarray, reference: Any) -> float:
+    return compare.mismatch(weights, compare.flat(reference.trainable_variables))
 
 
-def _update_mismatch(mine: Any, reference: Any, start: np.ndarray) -> float:
-    """``|d2 - d1| / |d1|`` of the weights' changes from ``start`` (d2: ``mine``, d1: one device's),
-    the measure notebook 03 prints for an uneven batch."""
-    return compare.mismatch(
-        compare.flat(mine.trainable_variables) - start, compare.flat(reference.trainable_variables) - start
-    )
+def _update_mismatch(update: np.ndarray, reference: Any, start: np.ndarray) -> float:
+    """``|d2 - d1| / |d1|`` of the weights' changes from ``start`` (d2: ``update``, d1: one
+    device's), the measure notebook 03 prints for an uneven batch."""
+    return compare.mismatch(update, compare.flat(reference.trainable_variables) - start)
 
 
 # --------------------------------------------------------------------------- fit_on_replicas
+
+
+@harness
+def fit_on_replicas_run(
+    fit_on_replicas: Callable[..., Any], strategy: Any, images: Any, labels: Any, per_replica_batch: int
+) -> dict[str, Any]:
+    """``fit_on_replicas(strategy, small_model, images, labels, per_replica_batch)``: what came back
+    (:func:`_trained`), as plain data."""
+    strategy = _unwatched(strategy)
+    return _trained(
+        _call_student(fit_on_replicas, strategy, small_model, images, labels, per_replica_batch), strategy
+    )
+
+
+@harness
+def fit_on_one_device(
+    fit_on_replicas: Callable[..., Any], images: Any, labels: Any, per_replica_batch: int
+) -> int:
+    """The steps ``fit_on_replicas`` takes on one device (a ``OneDeviceStrategy``)."""
+    return _iterations(
+        _call_student(fit_on_replicas, _one_device(), small_model, images, labels, per_replica_batch)
+    )
 
 
 def check_fit_on_replicas(fit_on_replicas: Callable[..., Any], strategy: Any = None) -> None:
@@ -174,15 +229,16 @@ def check_fit_on_replicas(fit_on_replicas: Callable[..., Any], strategy: Any = N
         images, labels = _check_images(CHECK_EXAMPLES)
         per_replica = CHECK_PER_REPLICA_BATCH
         global_batch = per_replica * strategy.num_replicas_in_sync
-        model = _call_student(fit_on_replicas, strategy, small_model, images, labels, per_replica)
+        run = in_kernel(fit_on_replicas_run, fit_on_replicas, Watched(strategy), images, labels, per_replica)
         _expect_trained_on(
-            model,
-            strategy,
-            "fit_on_replicas should return the trained model, got {got}: end with `return model`.",
+            run, "fit_on_replicas should return the trained model, got {got}: end with `return model`."
         )
-        steps = _iterations(model)
+        steps, epochs = run.get("steps"), run.get("epochs")
+        expect(
+            isinstance(steps, int) and isinstance(epochs, int),
+            "fit_on_replicas' model came back without its steps and epochs.",
+        )
         expect(steps != 0, "The optimizer took no step: call model.fit(...) before returning the model.")
-        epochs = len(getattr(getattr(model, "history", None), "epoch", None) or [])
         expect(epochs <= 1, f"fit trained {epochs} epochs; the script trains one: keep epochs=1.")
         expect(
             steps != math.ceil(len(labels) / per_replica),
@@ -194,7 +250,8 @@ def check_fit_on_replicas(fit_on_replicas: Callable[..., Any], strategy: Any = N
             f"fit took {steps} steps for {len(labels)} examples in one epoch: batch by the global batch.",
         )
         dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(global_batch)
-        off = _weight_mismatch(model, _fit_one_device(_sgd_model, dataset))
+        reference = _fit_one_device(_sgd_model, dataset)
+        off = _weight_mismatch(_weights_of(run, reference), reference)
         expect(
             off < SAME,
             f"After the epoch the weights are {off:.1%} off one device trained on batches of "
@@ -203,9 +260,7 @@ def check_fit_on_replicas(fit_on_replicas: Callable[..., Any], strategy: Any = N
             "dataset, or pass shuffle=False).",
         )
         # On 1 replica a global batch of `per_replica_batch * 2` (2 hard-coded) is twice too big.
-        alone = _iterations(
-            _call_student(fit_on_replicas, _one_device(), small_model, images, labels, per_replica)
-        )
+        alone = in_kernel(fit_on_one_device, fit_on_replicas, images, labels, per_replica)
         want = math.ceil(len(labels) / per_replica)
         expect(
             alone == want,
@@ -229,12 +284,65 @@ def _split(size: int, replicas: int) -> str:
     return " + ".join(str(size // replicas + (r < size % replicas)) for r in range(replicas))
 
 
+@harness
+def even_batches_run(
+    even_batches: Callable[..., Any], strategy: Any, images: Any, labels: Any, asked: int, replicas: int
+) -> dict[str, Any]:
+    """``even_batches(<images, labels unbatched>, asked, replicas)``, as plain data: the ``returned``
+    type's name, or the batches' ``sizes``; where the first batch splits evenly (else ``fit`` raises),
+    their contents (``images``, ``labels``) and the weights' ``update`` after one epoch of ``fit`` on
+    ``strategy`` (SGD at 0.1, :func:`small_model`)."""
+    import tensorflow as tf
+
+    strategy = _unwatched(strategy)
+    batched = even_batches(tf.data.Dataset.from_tensor_slices((images, labels)), asked, replicas)
+    if not isinstance(batched, tf.data.Dataset):
+        return {"returned": type(batched).__name__}
+    batches = list(batched)
+    sizes = [int(batch[0].shape[0]) for batch in batches]
+    if not sizes or sizes[0] % replicas:
+        return {"returned": "Dataset", "sizes": sizes}
+    with strategy.scope():
+        model = _sgd_model(0.1)
+    before = compare.flat(model.trainable_variables)
+    model.fit(batched, epochs=1, verbose=0)
+    return {
+        "returned": "Dataset",
+        "sizes": sizes,
+        "images": [np.asarray(batch[0]) for batch in batches],
+        "labels": [np.asarray(batch[1]) for batch in batches],
+        "update": compare.flat(model.trainable_variables) - before,
+    }
+
+
+@harness
+def even_batch_sizes(even_batches: Callable[..., Any], examples: int, asked: int, replicas: int) -> list[int]:
+    """The sizes of the batches ``even_batches(<examples numbers>, asked, replicas)`` makes."""
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.from_tensor_slices(np.arange(examples, dtype=np.float32))
+    return [int(batch.shape[0]) for batch in even_batches(dataset, asked, replicas)]
+
+
+def _one_device_update(images: list, labels: list) -> tuple[Any, np.ndarray]:
+    """One device's model after one epoch of ``fit`` on these batches (SGD at 0.1), and its start."""
+    import tensorflow as tf
+
+    shapes = {(tuple(x.shape[1:]), x.dtype.str, y.ndim, y.dtype.kind) for x, y in zip(images, labels)}
+    expect(
+        len(images) == len(labels) and len(shapes) == 1 and next(iter(shapes))[2:] in ((1, "i"), (1, "u")),
+        "even_batches' batches came back without their examples and labels.",
+    )
+    signature = tuple(tf.TensorSpec((None, *a.shape[1:]), a.dtype) for a in (images[0], labels[0]))
+    dataset = tf.data.Dataset.from_generator(lambda: zip(images, labels), output_signature=signature)
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(images)))  # fit warns without it
+    return _fit_one_device(lambda: _sgd_model(0.1), dataset), compare.flat(small_model().trainable_variables)
+
+
 def check_even_batches(even_batches: Callable[..., Any], strategy: Any = None) -> None:
     """``even_batches(dataset, global_batch, replicas)``: batches of the largest size that is at most
     ``global_batch`` and that ``replicas`` divides, every one of them split evenly, so that ``fit``
     on 2 replicas gives one device's update on the same batches."""
-    import tensorflow as tf
-
     exercise_id = "even_batches"
     with exercise(exercise_id):
         strategy = _need_two_replicas(strategy)
@@ -242,13 +350,18 @@ def check_even_batches(even_batches: Callable[..., Any], strategy: Any = None) -
         for examples, asked in EVEN_CASES:
             images, labels = _check_images(examples)
             call = f"even_batches(<{examples} examples>, {asked}, {replicas})"
-            unbatched = tf.data.Dataset.from_tensor_slices((images, labels))
-            batched = even_batches(unbatched, asked, replicas)
-            expect(
-                isinstance(batched, tf.data.Dataset),
-                f"{call} should return a tf.data.Dataset, got {type(batched).__name__}.",
+            run = in_kernel(
+                even_batches_run, even_batches, Watched(strategy), images, labels, asked, replicas
             )
-            sizes = [int(batch[0].shape[0]) for batch in batched]
+            expect(
+                isinstance(run, dict) and run.get("returned") == "Dataset",
+                f"{call} should return a tf.data.Dataset, got {run.get('returned') if isinstance(run, dict) else run}.",
+            )
+            sizes = run.get("sizes")
+            expect(
+                isinstance(sizes, list) and all(isinstance(n, int) for n in sizes),
+                f"{call}: its batches' sizes did not come back.",
+            )
             want = asked - asked % replicas
             expect(sizes, f"{call} gives no batch at all: fit would train nothing.")
             expect(
@@ -261,11 +374,17 @@ def check_even_batches(even_batches: Callable[..., Any], strategy: Any = None) -
                 f"{call}: the first batch of {sizes[0]} splits {_split(sizes[0], replicas)}: on "
                 f"{replicas} replicas fit raises InvalidArgumentError (AddN); pick a size that replicas divides.",
             )
-            with strategy.scope():
-                model = _sgd_model(0.1)
-            model.fit(batched, epochs=1, verbose=0)
-            reference = _fit_one_device(lambda: _sgd_model(0.1), batched)
-            off = _update_mismatch(model, reference, compare.flat(small_model().trainable_variables))
+            batch_images, batch_labels = list(run.get("images", ())), list(run.get("labels", ()))
+            expect(
+                [len(x) for x in batch_images] == sizes == [len(y) for y in batch_labels],
+                f"{call}: the batches that came back are not of the sizes {sizes}.",
+            )
+            reference, start = _one_device_update(batch_images, batch_labels)
+            update = np.asarray(run.get("update", ()), np.float64)
+            expect(
+                update.shape == start.shape, f"{call}: fit's update came back without the model's weights."
+            )
+            off = _update_mismatch(update, reference, start)
             uneven = [size for size in sizes if size % replicas]
             expect(
                 not uneven,
@@ -283,10 +402,14 @@ def check_even_batches(even_batches: Callable[..., Any], strategy: Any = None) -
                 f"{call}: on {replicas} replicas the epoch's update is {off:.1%} off one device's "
                 "(|d2 - d1| / |d1|).",
             )
-        for examples, asked, other in ((10, 6, 4), (9, 7, 3)):  # sizes only: other replica counts
+        others = [(10, 6, 4), (9, 7, 3)]  # sizes only: other replica counts
+        if (rng := unseen()) is not None:  # grading: a case the student never saw
+            other = rng.choice([3, 4])
+            asked = rng.randint(other + 1, 13)
+            others.append((rng.randint(asked, 40), asked, other))
+        for examples, asked, other in others:
             call = f"even_batches(<{examples} examples>, {asked}, {other})"
-            dataset = tf.data.Dataset.from_tensor_slices(np.arange(examples, dtype=np.float32))
-            sizes = [int(batch.shape[0]) for batch in even_batches(dataset, asked, other)]
+            sizes = in_kernel(even_batch_sizes, even_batches, examples, asked, other)
             expect(
                 sizes == [asked - asked % other] * (examples // (asked - asked % other)),
                 f"{call} gives batches of {sizes}: with {other} replicas every batch must be a size that "
@@ -330,74 +453,102 @@ def _adam_model() -> Any:
     return model
 
 
+def _resume_dataset(images: Any, labels: Any) -> Any:
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices((images, labels)).batch(16)
+
+
+@harness
+def fit_resumable_run(
+    fit_resumable: Callable[..., Any], strategy: Any, images: Any, labels: Any
+) -> dict[str, Any]:
+    """``fit_resumable`` interrupted at the start of epoch ``RESUME_AT``, then called again with the
+    same backup folder, as plain data: whether it was ``interrupted``, the files ``saved`` in the
+    folder, then the epochs the second call ``begun`` and what it returned (:func:`_trained`), or the
+    ``tuple_error`` it raised on a tuple of callbacks. It stops where a later step has no meaning."""
+    import keras
+
+    strategy = _unwatched(strategy)
+    dataset = _resume_dataset(images, labels)
+    with tempfile.TemporaryDirectory() as folder:
+        backup_dir = str(Path(folder) / "backup")
+        run: dict[str, Any] = {"interrupted": False}
+        try:
+            _call_student(
+                fit_resumable,
+                strategy,
+                _adam_model,
+                dataset,
+                RESUME_EPOCHS,
+                backup_dir,
+                [_interrupt_at(RESUME_AT)],
+            )
+        except Preempted:
+            run["interrupted"] = True
+        run["saved"] = sorted(p.name for p in Path(backup_dir).glob("*")) if Path(backup_dir).is_dir() else []
+        if not run["interrupted"] or "training_metadata.json" not in run["saved"]:
+            return run
+        begun: list[int] = []
+        recorder = keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: begun.append(int(epoch)))
+        try:  # a tuple, as the default () is: an answer that does `callbacks + [...]` fails here
+            model = _call_student(
+                fit_resumable, strategy, _adam_model, dataset, RESUME_EPOCHS, backup_dir, (recorder,)
+            )
+        except (TypeError, AttributeError) as error:
+            if "tuple" not in str(error):
+                raise
+            return {**run, "tuple_error": f"{type(error).__name__}: {error}"}
+    return {**run, "begun": begun, **_trained(model, strategy)}
+
+
 def check_fit_resumable(fit_resumable: Callable[..., Any], strategy: Any = None) -> None:
     """``fit_resumable(strategy, make_model, dataset, epochs, backup_dir, callbacks)``: interrupted at
     the start of epoch 2 and called again, it must resume at epoch 2 and end with the weights of
     an uninterrupted run on one device."""
-    import keras
-    import tensorflow as tf
-
     exercise_id = "fit_resumable"
     with exercise(exercise_id):
         strategy = _need_two_replicas(strategy)
         images, labels = _check_images(64)
-        dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(16)
-        with tempfile.TemporaryDirectory() as folder:
-            backup_dir = str(Path(folder) / "backup")
-            interrupted = False
-            try:
-                _call_student(
-                    fit_resumable,
-                    strategy,
-                    _adam_model,
-                    dataset,
-                    RESUME_EPOCHS,
-                    backup_dir,
-                    [_interrupt_at(RESUME_AT)],
-                )
-            except Preempted:
-                interrupted = True
-            expect(
-                interrupted,
-                "The check's callback (it raises at the start of epoch 2) never ran: pass `callbacks` "
-                "to model.fit, next to your BackupAndRestore.",
-            )
-            saved = sorted(p.name for p in Path(backup_dir).glob("*")) if Path(backup_dir).is_dir() else []
-            expect(
-                saved,
-                "After the interruption backup_dir is empty: add keras.callbacks.BackupAndRestore(backup_dir) "
-                "to fit's callbacks (ModelCheckpoint saves files but fit does not resume from them).",
-            )
-            expect(
-                "training_metadata.json" in saved,
-                f"After the interruption backup_dir holds {', '.join(saved)} but no training_metadata.json, "
-                "the epoch a BackupAndRestore backup records: ModelCheckpoint's files are never resumed from.",
-            )
-            begun: list[int] = []
-            recorder = keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: begun.append(epoch))
-            try:  # a tuple, as the default () is: an answer that does `callbacks + [...]` fails here
-                model = _call_student(
-                    fit_resumable, strategy, _adam_model, dataset, RESUME_EPOCHS, backup_dir, (recorder,)
-                )
-            except (TypeError, AttributeError) as error:
-                expect(
-                    "tuple" not in str(error),
-                    "fit_resumable fails when `callbacks` is a tuple, as its default () is: `+` or `append` "
-                    "on it assumes a list.",
-                )
-                raise
-        _expect_trained_on(
-            model,
-            strategy,
-            "fit_resumable should return the trained model, got {got}: end with `return model`.",
+        run = in_kernel(fit_resumable_run, fit_resumable, Watched(strategy), images, labels)
+        expect(isinstance(run, dict), "fit_resumable's run came back as nothing the check can read.")
+        expect(
+            run.get("interrupted") is True,
+            "The check's callback (it raises at the start of epoch 2) never ran: pass `callbacks` "
+            "to model.fit, next to your BackupAndRestore.",
         )
+        saved = run.get("saved")
+        expect(
+            isinstance(saved, list) and all(isinstance(name, str) for name in saved),
+            "fit_resumable's backup folder came back as nothing the check can read.",
+        )
+        expect(
+            saved,
+            "After the interruption backup_dir is empty: add keras.callbacks.BackupAndRestore(backup_dir) "
+            "to fit's callbacks (ModelCheckpoint saves files but fit does not resume from them).",
+        )
+        expect(
+            "training_metadata.json" in saved,
+            f"After the interruption backup_dir holds {', '.join(saved)} but no training_metadata.json, "
+            "the epoch a BackupAndRestore backup records: ModelCheckpoint's files are never resumed from.",
+        )
+        expect(
+            "tuple_error" not in run,
+            "fit_resumable fails when `callbacks` is a tuple, as its default () is: `+` or `append` "
+            "on it assumes a list.",
+        )
+        _expect_trained_on(
+            run, "fit_resumable should return the trained model, got {got}: end with `return model`."
+        )
+        begun = run.get("begun")
+        expect(isinstance(begun, list), "fit_resumable's second call came back without its epochs.")
         expect(
             begun[:1] == [RESUME_AT],
             f"The second call trained epochs {begun}: it started over instead of resuming at epoch "
             f"{RESUME_AT}. Give BackupAndRestore the same backup_dir in both calls.",
         )
-        reference = _fit_one_device(_adam_model, dataset, RESUME_EPOCHS)
-        off = _weight_mismatch(model, reference)
+        reference = _fit_one_device(_adam_model, _resume_dataset(images, labels), RESUME_EPOCHS)
+        off = _weight_mismatch(_weights_of(run, reference), reference)
         expect(
             off < SAME,
             f"Resumed at epoch {RESUME_AT}, the weights are {off:.1%} off an uninterrupted run on one "
