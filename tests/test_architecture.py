@@ -222,5 +222,7 @@ def test_the_core_is_small() -> None:
     # kernel's cluster and verdicts in the judge.
     # and by 60 more (13,223 -> 13,283) for notebook 03's prediction same_rate_loss (its check trains one device and 2
     # replicas at the same rate, and names two mistakes; exercises/keras_model_fit.py, +60 lines).
+    # and by 80 (13,300 -> 13,380) for 06's masked_last_batch as one compiled call: its harness counts the calls
+    # and steps of the compiled code, and its judge names per-batch calls, a mean of means, from_logits=False.
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 13300, f"course_utils is {whole} lines"
+    assert whole <= 13380, f"course_utils is {whole} lines"
