@@ -408,9 +408,22 @@ def test_prediction_hints_never_give_the_answer() -> None:
 
 
 def evaluate_all_with(
-    pad=True, mask=True, use_mask=True, drop=True, divide_by="real", reduce="SUM", compiled=True, jit=False
+    pad=True,
+    mask=True,
+    use_mask=True,
+    drop=True,
+    divide_by="real",
+    reduce="SUM",
+    compiled=True,
+    jit=False,
+    loop="graph",
+    from_logits=True,
+    steps_before_padding=False,
+    calls=1,
+    means=False,
 ):
-    """The notebook's evaluate_all; each argument changed plants one mistake."""
+    """The notebook's evaluate_all; each argument changed plants one mistake (``loop="python"``: one
+    call per batch, notebook 04's way; ``means``: each replica's masked mean, then the batches')."""
 
     def evaluate_all(strategy, model, x, y, global_batch):
         n = len(x)
@@ -420,21 +433,47 @@ def evaluate_all_with(
         y = np.concatenate([y, np.zeros(missing, y.dtype)])
         parts = (x, y, weights) if mask else (x, y)
         batches = tf.data.Dataset.from_tensor_slices(parts).batch(global_batch, drop_remainder=drop)
+        steps = len(x) // global_batch if drop else -(-len(x) // global_batch)
+        steps = n // global_batch if steps_before_padding else steps  # the padded batch forgotten
 
         def replica_sum(images, labels, *weight):
             logits = model(images, training=False)
-            per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+            per_example = keras.losses.sparse_categorical_crossentropy(
+                labels, logits, from_logits=from_logits
+            )
             if weight and use_mask:
                 per_example = per_example * weight[0]
+            if means:
+                return tf.math.divide_no_nan(tf.reduce_sum(per_example), tf.reduce_sum(weight[0]))
             return tf.reduce_sum(per_example)
 
-        def eval_step(*batch):
+        def one_batch(batch):
             per_replica = strategy.run(replica_sum, args=batch)
             return strategy.reduce(getattr(tf.distribute.ReduceOp, reduce), per_replica, axis=None)
 
-        eval_step = tf.function(eval_step, jit_compile=jit) if compiled else eval_step
-        total = sum(float(eval_step(*batch)) for batch in strategy.experimental_distribute_dataset(batches))
-        return eval_step, total / (n if divide_by == "real" else len(x))
+        step = tf.function(one_batch, jit_compile=True) if jit == "step" else one_batch
+
+        def every_batch(iterator):
+            total = tf.constant(0.0)
+            for _ in tf.range(steps):
+                total += step(next(iterator))
+            return total
+
+        if loop == "python":
+            eval_step = (
+                tf.function(lambda *batch: one_batch(batch), jit_compile=bool(jit)) if compiled else None
+            )
+            eval_step = eval_step or (lambda *batch: one_batch(batch))
+            results = [
+                float(eval_step(*batch)) for batch in strategy.experimental_distribute_dataset(batches)
+            ]
+            total = float(np.mean(results)) * n if means else sum(results)
+            return eval_step, total / (n if divide_by == "real" else len(x))
+        eval_all = tf.function(every_batch, jit_compile=jit is True) if compiled else every_batch
+        for _ in range(calls):
+            total = float(eval_all(iter(strategy.experimental_distribute_dataset(batches))))
+        total = total / steps * n if means else total
+        return eval_all, total / (n if divide_by == "real" else len(x))
 
     return evaluate_all
 
@@ -444,18 +483,51 @@ def test_masked_last_batch(capsys) -> None:
     assert "[pass] masked_last_batch" in capsys.readouterr().out
 
 
+def test_masked_last_batch_one_call_per_batch() -> None:
+    # Notebook 04's way, padded and masked, one compiled step called from Python for each batch.
+    message = fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(loop="python"),
+        "On one device, 6 calls for 6 batches, one call per batch",
+        "inside the tf.function and call it once",
+    )
+    assert "\n" not in message.strip().splitlines()[-1]
+    for planted in (dict(drop=False), dict(pad=False, drop=False), dict(jit=True)):
+        fails_with(
+            ex.check_masked_last_batch, evaluate_all_with(loop="python", **planted), "one call per batch"
+        )
+
+
+def test_masked_last_batch_called_more_than_once() -> None:
+    fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(calls=2),
+        "On one device, the compiled function was called 2 times for 12 batches",
+        "in one call",
+    )
+
+
+def test_masked_last_batch_steps_counted_before_padding() -> None:
+    fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(steps_before_padding=True),
+        "On one device, your loop ran 5 steps, but the padded dataset holds 6 batches",
+    )
+
+
 def test_masked_last_batch_padded_without_drop_remainder() -> None:
-    # Whole batches only, so each step has one shape here, but the dataset still says None.
+    # Whole batches only, but a loop inside a tf.function compiles for the dataset's batch size: None.
     fails_with(
         ex.check_masked_last_batch,
         evaluate_all_with(drop=False),
-        "On one device, the dataset leaves the batch size unknown (None)",
-        "drop_remainder=True",
+        "On one device, eval_all was compiled for per-replica batches of [None] examples",
+        "a loop inside a tf.function compiles for the dataset's batch size, None without drop_remainder=True",
+        "which drops nothing once the data fill whole batches",
     )
 
 
 def in_graph(pad=True, drop=True):
-    """evaluate_all with the loop over the batches inside one tf.function."""
+    """evaluate_all with a `for` over the distributed dataset inside one tf.function."""
 
     def evaluate_all(strategy, model, x, y, global_batch):
         n = len(x)
@@ -472,30 +544,40 @@ def in_graph(pad=True, drop=True):
             return tf.reduce_sum(per_example * weight)
 
         @tf.function
-        def eval_step(distributed):
+        def eval_all(distributed):
             total = tf.constant(0.0)
             for batch in distributed:
                 total += strategy.reduce("SUM", strategy.run(replica_sum, args=batch), axis=None)
             return total
 
-        return eval_step, float(eval_step(distributed)) / n
+        return eval_all, float(eval_all(distributed)) / n
 
     return evaluate_all
 
 
 def test_masked_last_batch_in_graph_loop(capsys) -> None:
+    # On 2 Mirrored replicas this `for` loses the per-replica shape (None) though the dataset's is static.
     ex.check_masked_last_batch(in_graph())
     assert "[pass] masked_last_batch" in capsys.readouterr().out
     fails_with(
-        ex.check_masked_last_batch, in_graph(pad=False, drop=False), "batches of [None] examples", "Pad it"
+        ex.check_masked_last_batch,
+        in_graph(pad=False, drop=False),
+        "batches of [None] examples",
+        "pad the data to whole global batches, then batch with drop_remainder=True",
     )
     fails_with(
-        ex.check_masked_last_batch, in_graph(drop=False), "batches of [None] examples", "drop_remainder=True"
+        ex.check_masked_last_batch, in_graph(drop=False), "batches of [None] examples", "drops nothing once"
+    )
+    fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(pad=False, drop=False),
+        "batches of [None] examples",
+        "pad the data to whole global batches",
     )
 
 
 def test_masked_last_batch_padded_in_tf_data_passes(capsys) -> None:
-    # Padding made with tf.data and fed through distribute_datasets_from_function: as right.
+    # Padding made with tf.data, fed through distribute_datasets_from_function, a Mean metric: as right.
     def evaluate_all(strategy, model, x, y, global_batch):
         real = tf.data.Dataset.from_tensor_slices((x, y, tf.ones(len(x))))
         padding = tf.data.Dataset.from_tensors((tf.zeros(x.shape[1:]), tf.constant(0, y.dtype), 0.0))
@@ -504,19 +586,21 @@ def test_masked_last_batch_padded_in_tf_data_passes(capsys) -> None:
         def dataset_fn(ctx):
             return data.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
 
+        with strategy.scope():
+            mean = keras.metrics.Mean()
+
+        def replica_step(images, labels, weight):
+            logits = model(images, training=False)
+            losses = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+            mean.update_state(losses, sample_weight=weight)
+
         @tf.function
-        def eval_step(images, labels, weight):
-            def replica_sum(images, labels, weight):
-                logits = model(images, training=False)
-                losses = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-                return tf.reduce_sum(losses * weight)
+        def eval_all(iterator):
+            for _ in tf.range(-(-len(x) // global_batch)):
+                strategy.run(replica_step, args=next(iterator))
 
-            return strategy.reduce("SUM", strategy.run(replica_sum, args=(images, labels, weight)), axis=None)
-
-        total = 0.0
-        for batch in strategy.distribute_datasets_from_function(dataset_fn):
-            total += eval_step(*batch)
-        return eval_step, total / len(x)
+        eval_all(iter(strategy.distribute_datasets_from_function(dataset_fn)))
+        return eval_all, float(mean.result())
 
     ex.check_masked_last_batch(evaluate_all)
     assert "[pass] masked_last_batch" in capsys.readouterr().out
@@ -531,15 +615,6 @@ def test_masked_last_batch_drop_remainder_loses_examples() -> None:
         "Pad the last batch",
     )
     assert "\n" not in message.strip().splitlines()[-1]
-
-
-def test_masked_last_batch_short_last_batch() -> None:
-    fails_with(
-        ex.check_masked_last_batch,
-        evaluate_all_with(pad=False, drop=False),
-        "On one device, eval_step was compiled for per-replica batches of [4, 8] examples",
-        "Pad it to a whole global batch",
-    )
 
 
 def test_masked_last_batch_padding_without_a_mask() -> None:
@@ -570,16 +645,41 @@ def test_masked_last_batch_mean_of_the_replicas() -> None:
     fails_with(
         ex.check_masked_last_batch,
         evaluate_all_with(reduce="MEAN"),
-        "On 2 replicas with 44 examples, your loss is 0.500x one device's",
+        "On 2 replicas with 44 examples, ReduceOp.MEAN divides by the replica count",
         "strategy.reduce(SUM",
     )
+
+
+def test_masked_last_batch_mean_of_masked_means() -> None:
+    fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(means=True, reduce="MEAN"),
+        "On one device, your loss averages means (each replica's masked mean with ReduceOp.MEAN, then each "
+        "batch's)",
+        "divide once by the real examples",
+    )
+    fails_with(ex.check_masked_last_batch, evaluate_all_with(means=True), "averages means (each batch's)")
+
+
+def test_masked_last_batch_probabilities_for_logits() -> None:
+    message = fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(from_logits=False),
+        "On one device, your loss reads the model's outputs as probabilities (from_logits=False)",
+    )
+    assert "strategy.reduce" not in message and "replica" not in message, message
 
 
 def test_masked_last_batch_eager_and_blank() -> None:
     fails_with(
         ex.check_masked_last_batch, evaluate_all_with(compiled=False), "no tf.function ran strategy.run"
     )
-    fails_with(ex.check_masked_last_batch, lambda *a: 0.5, "should return (eval_step, loss)")
+    fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(compiled=False, loop="python"),
+        "no tf.function ran strategy.run",
+    )
+    fails_with(ex.check_masked_last_batch, lambda *a: 0.5, "should return (eval_all, loss)")
     fails_with(ex.check_masked_last_batch, blank, "not done yet")
 
 
@@ -601,11 +701,19 @@ def test_masked_last_batch_whole_data_at_once() -> None:
     fails_with(ex.check_masked_last_batch, whole, "no dataset went through the strategy")
 
 
-def test_masked_last_batch_jit_compiled_on_two_replicas() -> None:
-    # One device passes; on 2 MirroredStrategy replicas one XLA program cannot reach CPU:1's variables.
+def test_masked_last_batch_jit_compiled() -> None:
+    # XLA cannot compile the loop's dataset reads; a jit-compiled step (strategy.run and reduce) inside a
+    # plain loop runs on one device, but on 2 MirroredStrategy replicas it cannot reach CPU:1's variables.
     fails_with(
         ex.check_masked_last_batch,
         evaluate_all_with(jit=True),
-        "On 2 replicas with 44 examples, a jit_compile=True step",
+        "On one device, a jit_compile=True function is one XLA program, and XLA cannot read a dataset",
         "plain @tf.function",
+    )
+
+    fails_with(
+        ex.check_masked_last_batch,
+        evaluate_all_with(jit="step"),
+        "On 2 replicas with 44 examples, a jit_compile=True function is one XLA program",
+        "the variables on the other replica's device",
     )

@@ -1136,14 +1136,15 @@ def test_resume_point_is_judged_on_its_answers_without_a_cluster(tmp_path) -> No
 
 def test_masked_last_batch_is_judged_on_what_the_kernel_saw() -> None:
     """masked_last_batch's harness runs the student's evaluate_all in the kernel and sends back what
-    the strategy, the dataset and the model saw; the judge computes every example's loss itself."""
+    the strategy (its steps and the calls around them), the dataset and the model saw; the judge
+    computes every example's loss itself."""
     import keras
 
     from course_utils.runtime import import_tensorflow
 
     tf = import_tensorflow()
 
-    def evaluate_all_with(pad: bool = True, mask: bool = True) -> Callable[..., Any]:
+    def evaluate_all_with(pad: bool = True, mask: bool = True, per_batch: bool = False) -> Callable[..., Any]:
         def evaluate_all(strategy, model, x, y, global_batch):
             n, missing = len(x), (-len(x) % global_batch if pad else 0)
             weights = np.concatenate([np.ones(n), np.zeros(missing)]).astype("float32")
@@ -1151,6 +1152,7 @@ def test_masked_last_batch_is_judged_on_what_the_kernel_saw() -> None:
             y = np.concatenate([y, np.zeros(missing, y.dtype)])
             parts = (x, y, weights) if mask else (x, y)
             batches = tf.data.Dataset.from_tensor_slices(parts).batch(global_batch, drop_remainder=True)
+            distributed = strategy.experimental_distribute_dataset(batches)
 
             def replica_sum(images, labels, *weight):
                 per_example = keras.losses.sparse_categorical_crossentropy(
@@ -1162,10 +1164,17 @@ def test_masked_last_batch_is_judged_on_what_the_kernel_saw() -> None:
             def eval_step(*batch):
                 return strategy.reduce("SUM", strategy.run(replica_sum, args=batch), axis=None)
 
-            total = sum(
-                float(eval_step(*batch)) for batch in strategy.experimental_distribute_dataset(batches)
-            )
-            return eval_step, total / n
+            if per_batch:  # notebook 04's way: one call per batch
+                return eval_step, sum(float(eval_step(*batch)) for batch in distributed) / n
+
+            @tf.function
+            def eval_all(distributed):
+                total = tf.constant(0.0)
+                for batch in distributed:
+                    total += strategy.reduce("SUM", strategy.run(replica_sum, args=batch), axis=None)
+                return total
+
+            return eval_all, float(eval_all(distributed)) / n
 
         return evaluate_all
 
@@ -1174,6 +1183,8 @@ def test_masked_last_batch_is_judged_on_what_the_kernel_saw() -> None:
     assert status == "failed" and "never reached the model" in message, message
     status, message = judged("masked_last_batch", {"evaluate_all": evaluate_all_with(mask=False)}, seed=2)
     assert status == "failed" and "nothing to tell them apart" in message, message
+    status, message = judged("masked_last_batch", {"evaluate_all": evaluate_all_with(per_batch=True)}, seed=2)
+    assert status == "failed" and "6 calls for 6 batches, one call per batch" in message, message
 
 
 def test_a_prediction_in_words_is_judged_from_its_literal() -> None:

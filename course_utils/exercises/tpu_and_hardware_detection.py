@@ -1,10 +1,10 @@
 """Notebook 06: the checks of its exercises (TPU and hardware detection).
 
 ``masked_last_batch`` and ``tpu_ready_loop`` run the student's code on one device and on 2 replicas
-over virtual CPUs: an evaluation over every example in static shapes (the short last batch padded with
-examples of weight 0, one compiled step, one device's loss), and the naive loop without its four TPU
-faults (one trace, only tensors in ``strategy.run``'s args, several steps per call, static shapes, a built
-optimizer, one device's weights). ``global_batches``, ``trace_count`` and ``replica_batches`` are
+over virtual CPUs: an evaluation over every example in one call of a compiled loop (the short last
+batch padded with examples of weight 0, static shapes, one device's loss), and the naive loop without
+its four TPU faults (one trace, only tensors in ``strategy.run``'s args, several steps per call, static
+shapes, a built optimizer, one device's weights). ``global_batches``, ``trace_count`` and ``replica_batches`` are
 predictions (the last two literals, read by the grader's judge); the checks make their own run.
 """
 
@@ -595,33 +595,68 @@ def _dataset_rows(source: Any, replicas: int) -> dict[str, Any] | None:
     return dict(features=np.concatenate(xs), labels=np.concatenate(ys), others=max(others), static=static)
 
 
-def _per_example_losses(weights: list, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _per_example_losses(weights: list, x: np.ndarray, y: np.ndarray, from_logits: bool = True) -> np.ndarray:
     """One device's loss of each example, from the check model with ``weights``."""
     import keras
 
     model, _ = _check_model()
     model.set_weights(weights)
-    return np.asarray(keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True), np.float64)
+    losses = keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=from_logits)
+    return np.asarray(losses, np.float64)
+
+
+class _Counted(_Watched):
+    """:class:`_Watched` that also counts, as the compiled code runs, the steps (``strategy.run``'s
+    executions: one a distributed batch) and the calls of the outermost ``tf.function`` around them
+    (an increment added to that function's graph, once per trace), and notes each reduce op's name."""
+
+    def __init__(self, strategy: Any) -> None:
+        super().__init__(strategy)
+        tf = _tf()
+        self.steps = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.calls = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.graphs: list[Any] = []  # the outermost graphs that count their calls
+        self.reduces: list[str] = []
+
+    def run(self, fn: Any, args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
+        tf = _tf()
+        if not tf.executing_eagerly():  # traced: these ops run at every step of every call
+            self.steps.assign_add(1)
+            graph = tf.compat.v1.get_default_graph()
+            # Up out of loops and inner functions to the function Python calls (its outer graph is no FuncGraph).
+            while hasattr(getattr(graph, "outer_graph", None), "outer_graph"):
+                graph = graph.outer_graph
+            if not any(graph is seen for seen in self.graphs):
+                self.graphs.append(graph)
+                with graph.as_default():
+                    self.calls.assign_add(1)
+        return super().run(fn, args=args, kwargs=kwargs, options=options)
+
+    def reduce(self, reduce_op: Any, value: Any, axis: Any = None) -> Any:
+        self.reduces.append(str(getattr(reduce_op, "value", reduce_op)).upper())
+        return self._strategy.reduce(reduce_op, value, axis=axis)
 
 
 @harness
 def eval_observations(evaluate: Callable[..., Any], replicas: int, weights: list, n: int) -> dict[str, Any]:
     """The student's ``evaluate_all`` on ``replicas`` replicas with the check model (built in the
     strategy's scope from ``weights``) and ``n`` examples, as plain data: what it returned and what
-    the strategy, the dataset and the model's shape recorder saw (``jit_error``: the error of a
-    ``jit_compile=True`` step on 2 replicas, which a check names)."""
+    the strategy (steps and calls of the compiled code, reduce ops), the dataset and the model's shape
+    recorder saw (``jit_error``: where a ``jit_compile=True`` function failed, which a check names)."""
     tf = _tf()
     strategy = _two_replicas() if replicas == 2 else tf.distribute.get_strategy()
     x, y = check_data(n)
     with strategy.scope():
         model, recorder = _check_model()
         model.set_weights(weights)
-    watched = _Watched(strategy)
+    watched = _Counted(strategy)
     try:
         result = evaluate(watched, model, x, y, GLOBAL_BATCH)
-    except tf.errors.InvalidArgumentError as error:  # measured with jit_compile=True on 2 replicas
-        if "Trying to access resource" in str(error):
-            return {"jit_error": True}
+    except tf.errors.InvalidArgumentError as error:  # measured with jit_compile=True
+        if "Trying to access resource" in str(error):  # on 2 replicas: the other device's variables
+            return {"jit_error": "variables"}
+        if "IteratorGetNext" in str(error):  # a dataset read inside the XLA program
+            return {"jit_error": "dataset"}
         raise
     seen: dict[str, Any] = {"returned": type(result).__name__, "pair": False}
     if not (isinstance(result, tuple) and len(result) == 2 and np.size(result[1]) == 1):
@@ -633,7 +668,9 @@ def eval_observations(evaluate: Callable[..., Any], replicas: int, weights: list
         loss=float(result[1]),
         function=type(function).__name__,
         compiled=hasattr(function, "experimental_get_tracing_count"),
-        runs=watched.runs,
+        steps=int(watched.steps.numpy()),
+        calls=int(watched.calls.numpy()),
+        reduces=sorted(set(watched.reduces)),
         datasets=len(watched.datasets),
         refused=list(watched.refused),
         rows=rows,
@@ -645,29 +682,40 @@ def eval_observations(evaluate: Callable[..., Any], replicas: int, weights: list
     return seen
 
 
+#: How the hints of a loss that is no mean over the real examples end.
+MEANS = (
+    "add the weighted sums (strategy.reduce(SUM, ...) across replicas) and divide once by the real examples."
+)
+
+
 def _judge_eval(evaluate: Callable[..., Any], replicas: int, where: str, weights: list, n: int) -> None:
     """The student's evaluate_all on ``replicas`` replicas (:func:`eval_observations`), judged here."""
     x, y = check_data(n)
     seen = in_kernel(eval_observations, evaluate, replicas, weights, n)
+    jit = {
+        "dataset": "XLA cannot read a dataset (IteratorGetNext)",
+        "variables": "one XLA program cannot reach the variables on the other replica's device here",
+    }
     expect(
         not seen.get("jit_error"),
-        f"{where} a jit_compile=True step, one XLA program, cannot reach the variables on the other "
-        "replica's device here: use a plain @tf.function (a TPU compiles every step with XLA anyway).",
+        f"{where} a jit_compile=True function is one XLA program, and {jit.get(seen.get('jit_error'), '')}: "
+        "use a plain @tf.function (on a TPU, strategy.run compiles each step with XLA anyway).",
     )
     expect(
         bool(seen.get("pair")),
-        "evaluate_all should return (eval_step, loss): the tf.function that ran strategy.run and the mean "
+        "evaluate_all should return (eval_all, loss): the tf.function that ran every batch and the mean "
         f"loss, one number; got {seen.get('returned')}.",
     )
     loss = float(seen["loss"])
+    steps, calls = int(seen["steps"]), int(seen["calls"])
     expect(
-        bool(seen["compiled"]) and int(seen["runs"]) > 0,
-        f"{where} no tf.function ran strategy.run (eval_step is {seen['function']}): a TPU "
-        "runs only compiled steps. Call strategy.run inside a @tf.function and return that function.",
+        bool(seen["compiled"]) and steps > 0 and calls > 0,
+        f"{where} no tf.function ran strategy.run (eval_all is {seen['function']}): a TPU "
+        "runs only compiled code. Call strategy.run inside a @tf.function and return that function.",
     )
     expect(
         int(seen["datasets"]) > 0,
-        f"{where} no dataset went through the strategy: feed eval_step from experimental_distribute_dataset.",
+        f"{where} no dataset went through the strategy: feed eval_all from experimental_distribute_dataset.",
     )
     expect(
         not seen["refused"],
@@ -686,25 +734,43 @@ def _judge_eval(evaluate: Callable[..., Any], replicas: int, where: str, weights
             f"{where} {n - len(found)} of the {n} examples never reached the model (drop_remainder drops "
             "the short last batch): an evaluation counts every example. Pad the last batch instead.",
         )
+    expect(
+        calls == 1 or steps != calls,
+        f"{where} {calls} calls for {steps} batches, one call per batch: on a TPU the host waits for the "
+        "device after every call. Loop over the batches inside the tf.function and call it once.",
+    )
+    expect(
+        calls == 1,
+        f"{where} the compiled function was called {calls} times for {steps} batches: run the whole "
+        "evaluation, every batch, in one call.",
+    )
+    batches = len(rows["features"]) // GLOBAL_BATCH if rows is not None else steps
+    expect(
+        steps >= batches,
+        f"{where} your loop ran {steps} steps, but the padded dataset holds {batches} batches: count the "
+        "batches after padding, or loop over the distributed dataset itself.",
+    )
     traces = int(seen["traces"])
     dims = list(seen["dims"])
     whole = rows is not None and len(rows["features"]) % GLOBAL_BATCH == 0  # padded to whole batches
-    unknown = "the dataset leaves the batch size unknown (None), and a TPU compiles for static shapes only: "
-    unknown += "batch with drop_remainder=True, which drops nothing once the data fill whole batches."
-    short = "the short last batch is a new shape: a TPU compiles again. Pad it to a whole global batch."
+    none = "a loop inside a tf.function compiles for the dataset's batch size, None without "
+    none += "drop_remainder=True, and a TPU compiles static shapes only: "
+    unknown = none + "batch with drop_remainder=True, which drops nothing once the data fill whole batches."
+    short = none + "pad the data to whole global batches, then batch with drop_remainder=True."
+    new = "the short last batch is a new shape: a TPU compiles again. Pad it to a whole global batch."
     # A `for` over a distributed dataset inside a tf.function loses the per-replica shape on 2 Mirrored
     # replicas (next(iterator) keeps it): None there is the strategy's when the dataset's shape is static.
     static = rows is None or bool(rows["static"])
     known = [d for d in dims if d is not None]
     expect(
         len(known) <= 1 and (bool(known) or static),
-        f"{where} eval_step was compiled for per-replica batches of {dims} examples: "
-        f"{unknown if whole else short}",
+        f"{where} eval_all was compiled for per-replica batches of {dims} examples: "
+        f"{new if len(known) > 1 else unknown if whole else short}",
     )
     expect(static, f"{where} {unknown}")
     expect(
         traces == 1,
-        f"{where} eval_step was traced {traces} times for one shape: a Python value in its arguments "
+        f"{where} eval_all was traced {traces} times for one shape: a Python value in its arguments "
         "makes a new trace for each new value; pass it tensors only.",
     )
     expect(
@@ -712,24 +778,54 @@ def _judge_eval(evaluate: Callable[..., Any], replicas: int, where: str, weights
         f"{where} each replica's step saw {dims} examples, not {GLOBAL_BATCH // replicas}: batch by the "
         "global batch and let the strategy split it between the replicas.",
     )
-    want = float(np.mean(_per_example_losses(weights, x, y)))
+    every = _per_example_losses(weights, x, y)
+    want = float(np.mean(every))
     if abs(loss - want) <= LOSS_RTOL * abs(want):
         return
+
+    def near(value: float) -> bool:
+        return abs(loss - value) <= LOSS_RTOL * abs(value)
+
     if rows is not None and len(rows["features"]) > n:
-        every = _per_example_losses(weights, rows["features"], rows["labels"])
-        counted = (every.sum() / n, every.mean())
+        padded = _per_example_losses(weights, rows["features"], rows["labels"])
         why = "your mask never reaches the loss" if rows["others"] else "with nothing to tell them apart"
         expect(
-            not any(abs(loss - c) <= LOSS_RTOL * abs(c) for c in counted),
+            not (near(padded.sum() / n) or near(padded.mean())),
             f"{where} the padding examples were counted as data, {why}: weight each example's loss by a "
             "mask, 1 for data and 0 for padding.",
         )
-        padded = want * n / len(rows["features"])
         expect(
-            abs(loss - padded) > LOSS_RTOL * abs(padded),
+            not near(want * n / len(rows["features"])),
             f"{where} your mean divides by the {len(rows['features'])} examples of the padded data: divide "
             "the weighted sum by the number of real examples.",
         )
+    if replicas == 1:
+        expect(
+            not near(float(np.mean(_per_example_losses(weights, x, y, from_logits=False)))),
+            f"{where} your loss reads the model's outputs as probabilities (from_logits=False): the model "
+            "returns logits; use sparse_categorical_crossentropy(labels, logits, from_logits=True).",
+        )
+        by_batch = [float(np.mean(every[a : a + GLOBAL_BATCH])) for a in range(0, n, GLOBAL_BATCH)]
+        means = (
+            "each replica's masked mean with ReduceOp.MEAN, then each"
+            if "MEAN" in seen["reduces"]
+            else "each"
+        )
+        expect(
+            not near(float(np.mean(by_batch))),
+            f"{where} your loss averages means ({means} batch's): a share with few real examples, the "
+            f"padded batch or a replica's part of it, weighs as much as a full one: {MEANS}",
+        )
+        expect(
+            False,
+            f"{where} your loss is {loss / want:.3f}x the mean of sparse_categorical_crossentropy(labels, "
+            f"logits, from_logits=True) over the {n} examples: weight each loss by the mask; {MEANS}",
+        )
+    expect(
+        "MEAN" not in seen["reduces"],
+        f"{where} ReduceOp.MEAN divides by the replica count, and the replicas hold different numbers of "
+        f"real examples (the padding lands on some only): {MEANS}",
+    )
     expect(
         False,
         f"{where} your loss is {loss / want:.3f}x one device's mean over every example: add each replica's "
@@ -738,8 +834,9 @@ def _judge_eval(evaluate: Callable[..., Any], replicas: int, where: str, weights
 
 
 def check_masked_last_batch(evaluate_all: Callable[..., Any]) -> None:
-    """``evaluate_all(strategy, model, x, y, global_batch)`` -> ``(eval_step, loss)``: one device's mean
-    loss over every example, from one compiled step of static shape, on 1 and 2 replicas."""
+    """``evaluate_all(strategy, model, x, y, global_batch)`` -> ``(eval_all, loss)``: one device's mean
+    loss over every example, every batch in one call of one compiled function of static shape, on 1
+    and 2 replicas."""
     with exercise("masked_last_batch"):
         weights = [np.array(w) for w in _check_model()[0].get_weights()]
         for examples, replicas in EVAL_RUNS:
@@ -748,7 +845,7 @@ def check_masked_last_batch(evaluate_all: Callable[..., Any]) -> None:
     passed(
         "masked_last_batch",
         f"every one of {EXAMPLES} and {REPLICA_EXAMPLES} examples counted once, in whole global batches of "
-        f"{GLOBAL_BATCH}; traced once; one device's loss on 1 and 2 replicas.",
+        f"{GLOBAL_BATCH}, all in one call traced once; one device's loss on 1 and 2 replicas.",
     )
 
 
