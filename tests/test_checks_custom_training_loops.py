@@ -59,6 +59,10 @@ def test_mean_loss_prediction_blank() -> None:
         (0.25, "nothing divides them"),
         (16.0, "over its own example"),
         (3.0, "write what each of the 4 replicas returns"),
+        (14.8, "that is the sum itself"),  # the right sum, not as a factor
+        (3.7, "that is one device's loss"),
+        (14.2, "that is a sum, not a factor"),  # a sum, and the penalty counted once
+        (3.98, "write what each of the 4 replicas returns"),  # the window is 4 +- 0.02, both sides
     ],
 )
 def test_mean_loss_wrong_predictions(prediction, hint) -> None:
@@ -66,6 +70,12 @@ def test_mean_loss_wrong_predictions(prediction, hint) -> None:
     for shown in ("4.00", "4.0x", "measured", "= 4", "is 4"):  # one line, never the answer
         assert shown not in message, message
     assert "\n" not in message
+
+
+def test_mean_loss_window_is_even_on_both_sides(capsys) -> None:
+    for near in (3.985, 4.015):
+        ex.check_mean_loss_factor(near)
+    assert capsys.readouterr().out.count("[pass] mean_loss_factor") == 2
 
 
 def test_mean_loss_prediction_not_a_number() -> None:

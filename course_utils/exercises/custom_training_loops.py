@@ -126,8 +126,12 @@ def check_mean_loss_factor(prediction: Any) -> None:
             2.0: "there are 4 replicas here, one example each: write what each returns",
             0.25: "the strategy sums the replicas' values; nothing divides them by the replica count",
             16.0: "each replica's mean is over its own example: it is that example's loss",
+            4 * one_device: "that is the sum itself; give it as a multiple of one device's loss",
+            one_device: "that is one device's loss; give the 4 replicas' sum as a multiple of it",
+            penalty_once: "that is a sum, not a factor, and every replica adds the whole "
+            "penalty, not a share of it",
         }
-        if abs(guess - measured) > 0.02:
+        if abs(guess - round(measured, 4)) > 0.02:
             other = "write what each of the 4 replicas returns (its mean plus the penalty), then add them up"
             raise ExerciseError(
                 f"not {guess:g}: {next((m for v, m in mistakes.items() if abs(guess - v) <= 0.05), other)}."

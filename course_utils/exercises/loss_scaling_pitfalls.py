@@ -95,7 +95,8 @@ def _near(value: Any, target: float, tol: float = 1e-3) -> bool:
 PITFALLS = {
     "reduce_mean": "each replica divides by its own examples, and the strategy sums the replicas' gradients",
     "raw penalty": "each replica adds the whole penalty, and the strategy sums the replicas' gradients",
-    "Keras default": "in strategy.run Keras 3's default reduction also divides by num_replicas_in_sync",
+    "Keras default": "in strategy.run Keras 3's default reduction divides each replica's mean by "
+    "num_replicas_in_sync, and the strategy sums the replicas' gradients",
     "per-token": "compute_average_loss divides the summed token losses by the examples, whatever the replicas",
 }
 
