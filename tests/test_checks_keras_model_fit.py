@@ -202,7 +202,7 @@ def test_even_batches_mean_of_means_is_measured():
 # --------------------------------------------------------------------------- fit_resumable
 
 
-def _make_resumable(*, backup=True, scope=True, callbacks=True, same_dir=True):
+def _make_resumable(*, backup=True, scope=True, callbacks=True, same_dir=True, save_freq="epoch"):
     def fit_resumable(strategy, make_model, dataset, epochs, backup_dir, callbacks_given=()):
         import tempfile
 
@@ -215,7 +215,7 @@ def _make_resumable(*, backup=True, scope=True, callbacks=True, same_dir=True):
             model = make_model()
         folder = backup_dir if same_dir else tempfile.mkdtemp()
         chosen = (
-            [keras.callbacks.BackupAndRestore(folder)]
+            [keras.callbacks.BackupAndRestore(folder, save_freq=save_freq)]
             if backup
             else [keras.callbacks.ModelCheckpoint(backup_dir + ".weights.h5", save_weights_only=True)]
         )
@@ -253,6 +253,14 @@ def test_fit_resumable_restarting_from_scratch():
         return fit_resumable(strategy, make_model, dataset, epochs, backup_dir, callbacks)
 
     assert "started over instead of resuming at epoch 2" in _hint(ex.check_fit_resumable, restarting)
+
+
+def test_fit_resumable_with_a_backup_every_batch_is_named():
+    """A backup written every batch resumes at the start of the epoch it was written in: epoch 1 runs
+    twice. Refused, and the hint says why (not "it started over")."""
+    hint = _hint(ex.check_fit_resumable, _make_resumable(save_freq=1))
+    assert "a backup written mid-epoch resumes at that epoch's start" in hint, hint
+    assert "started over" not in hint
 
 
 def test_fit_resumable_that_needs_callbacks_to_be_a_list():

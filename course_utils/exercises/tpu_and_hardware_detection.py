@@ -754,7 +754,7 @@ def _judge_eval(evaluate: Callable[..., Any], replicas: int, where: str, weights
     dims = list(seen["dims"])
     whole = rows is not None and len(rows["features"]) % GLOBAL_BATCH == 0  # padded to whole batches
     none = "a loop inside a tf.function compiles for the dataset's batch size, None without "
-    none += "drop_remainder=True, and a TPU compiles static shapes only: "
+    none += "drop_remainder=True, which XLA on a TPU must pad at every step: "
     unknown = none + "batch with drop_remainder=True, which drops nothing once the data fill whole batches."
     short = none + "pad the data to whole global batches, then batch with drop_remainder=True."
     new = "the short last batch is a new shape: a TPU compiles again. Pad it to a whole global batch."
