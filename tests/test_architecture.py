@@ -213,10 +213,13 @@ def test_the_core_is_small() -> None:
     # and by 100 more (12,685 -> 12,754) for notebook 04's mean_loss_factor, a prediction asked before its
     # numbers are shown: measured on 4 replicas, in a fresh process when the kernel has 2 CPUs, and its hints
     # (+78 lines), less the prediction's number test that adam_update_factor now shares (-9).
-    assert core <= 3300, f"the core of course_utils is {core} lines"
+    # +3 (3,299 -> 3,302): same_update's runner, which makes the student's runs in a grader's kernel.
+    assert core <= 3303, f"the core of course_utils is {core} lines"
     # and by 100 more (12,980 -> 13,080) for 07's and 10's checks judged outside the kernel: worker_input's
     # and resume_point's harnesses, the course's copy of 10's naive port, train.py's constants.
     # and by 100 more (13,095 -> 13,143) for 06's masked_last_batch judged outside the kernel (its harness
     # records what the strategy, the dataset and the model saw; the judge replays the hints) and 01's
     # checks splitting a batch as TensorFlow does.
-    assert whole <= 13200, f"course_utils is {whole} lines"
+    # and by 150 more (13,143 -> 13,338) for 07's worker_step and 10's capstone_port and capstone_counter
+    # judged outside the kernel: each run of the student's step a harness call (exercises/port_runs.py).
+    assert whole <= 13350, f"course_utils is {whole} lines"
