@@ -483,15 +483,14 @@ class SameUpdate:
 class _Check:
     """What every run of one check shares; runs are cached by (step, replicas, probe, tag)."""
 
-    steps: dict[
-        str, tuple[Optional[Binder], bool, Optional[dict]]
-    ]  # "port"/"base" -> (make_step, distributed, fit)
+    steps: dict[str, tuple[Optional[Binder], bool, Optional[dict]]]  # "port"/"base": (step, distributed, fit)
     options: dict[str, Any]
     data: list[np.ndarray]
     cache: dict[tuple, Run] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the check could not look at, said, not judged
     calm: tuple[str, ...] = ()  # ("calm",) when the model has random layers: every run calms them
     batchnorm: bool = False  # the model has a BatchNormalization layer that is not synchronized
+    runner: Optional[Callable[..., Run]] = None  # "port"'s attempt_run elsewhere (a grader's kernel)
 
     def run(
         self, which: str, n: int, scale: Optional[float] = None, data: Any = None, tag: str = "", **extra: Any
@@ -504,21 +503,24 @@ class _Check:
             probe: dict[str, Any] = {} if scale is None else {"scale": scale, "lr_scale": PROBE_LR}
             adjust = self.calm + (("float32", "freeze") if probe else ()) + tuple(extra.pop("adjust", ()))
             data = data or ([c[: self.options["batch"]] for c in self.data] if probe else self.data)
-            created: list[str] = []
             options = {**self.options, "adjust": adjust, **probe, **extra}
-            try:
-                strategy = checking_strategy(n)
-                self.cache[key] = run(
-                    strategy, make_step, data, distributed=distributed, fit=fit, created=created, **options
-                )
-            except (ExerciseError, ConfigError):
-                raise
-            except Exception as error:  # the step failed: a finding, not a crash ...
-                placeholder = not str(error) or str(error).startswith("Exercise")
-                if isinstance(error, NotImplementedError) and placeholder:
-                    raise  # ... but an unfinished exercise's placeholder: its check says so
-                self.cache[key] = Run(n, error=describe_raised(error), created=tuple(created))
+            attempt = self.runner if which == "port" and self.runner else attempt_run
+            self.cache[key] = attempt(n, make_step, data, distributed=distributed, fit=fit, **options)
         return self.cache[key]
+
+
+def attempt_run(n: int, make_step: Optional[Binder], data: Sequence[Any], **options: Any) -> Run:
+    """:func:`run` on ``checking_strategy(n)``; a step that raises gives a Run with its error."""
+    created: list[str] = []
+    try:
+        return run(checking_strategy(n), make_step, data, created=created, **options)
+    except (ExerciseError, ConfigError):
+        raise
+    except Exception as error:  # the step failed: a finding, not a crash ...
+        placeholder = not str(error) or str(error).startswith("Exercise")
+        if isinstance(error, NotImplementedError) and placeholder:
+            raise  # ... but an unfinished exercise's placeholder: its check says so
+        return Run(n, error=describe_raised(error), created=tuple(created))
 
 
 def _on(n: int) -> str:
@@ -675,10 +677,11 @@ def same_update(
     distributed: bool = False,
     reference: Optional[Callable[..., Any]] = None,
     fit: Optional[dict[str, Any]] = None,
+    runner: Optional[Callable[..., Run]] = None,
 ) -> SameUpdate:
     """Run ``make_train_step`` for ``steps`` steps on each replica count and compare with one device;
     with ``make_train_step=None`` and ``fit`` (``model.compile``'s arguments but the optimizer),
-    what ``model.fit`` does.
+    what ``model.fit`` does. ``runner`` runs the step's runs in place of :func:`attempt_run`.
 
     ``docs/capstone.md`` gives the contract. Returns a :class:`SameUpdate`; it never raises for a
     wrong step (see ``.hint``), only for a call it cannot run (:class:`ConfigError`)."""
@@ -703,7 +706,7 @@ def same_update(
     options = dict(batch=g, make_model=make_model, weights=start, make_optimizer=make_optimizer, seed=SEED)
     port = (_binder(make_train_step, distributed, g) if make_train_step else None, distributed, fit)
     base = (_binder(reference, False, g), False, None) if reference else port
-    check = _Check({"port": port, "base": base}, dict(options, make_metric=make_metric), data)
+    check = _Check({"port": port, "base": base}, dict(options, make_metric=make_metric), data, runner=runner)
     check.batchnorm = any(getattr(layer, "synchronized", True) is False for layer in _layers(model))
     if random:
         check.calm = ("calm",)

@@ -213,6 +213,8 @@ def test_the_core_is_small() -> None:
     # and by 100 more (12,685 -> 12,754) for notebook 04's mean_loss_factor, a prediction asked before its
     # numbers are shown: measured on 4 replicas, in a fresh process when the kernel has 2 CPUs, and its hints
     # (+78 lines), less the prediction's number test that adam_update_factor now shares (-9).
+    # +3 (3,299 -> 3,302): same_update's runner, which makes the student's runs in a grader's kernel.
+    assert core <= 3303, f"the core of course_utils is {core} lines"
     # and by 100 more (12,980 -> 13,080) for 07's and 10's checks judged outside the kernel: worker_input's
     # and resume_point's harnesses, the course's copy of 10's naive port, train.py's constants.
     # and by 100 more (13,095 -> 13,143) for 06's masked_last_batch judged outside the kernel (its harness
@@ -228,5 +230,6 @@ def test_the_core_is_small() -> None:
     # and by 150 more (13,621 -> 13,772) for 03's three fit checks split into harnesses (+151).
     # and by 100 more (13,772 -> 13,869) for 06's masked_last_batch in one compiled call (its harness
     # counts the calls and steps of the student's compiled evaluation, +97).
-    assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 13900, f"course_utils is {whole} lines"
+    # and by 200 more (13,869 -> 14,074) for 07's worker_step and 10's capstone_port and capstone_counter
+    # judged outside the kernel: each run of the student's step a harness call (exercises/port_runs.py).
+    assert whole <= 14100, f"course_utils is {whole} lines"

@@ -470,6 +470,15 @@ def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident
         namespace["loss_object"] = _loss_object()
     for name in CELL_NAMES.get(ident, ()):  # what the answer takes from a cell above, as that cell says it
         exec(_cell_assignment(name), namespace)
+    if ident.startswith("capstone_"):  # what notebook 10's cells above its answers define
+        from course_utils.exercises import capstone
+
+        namespace.update(
+            CLIP_NORM=capstone.CLIP_NORM, WARMUP=capstone.WARMUP, LEARNING_RATE=capstone.LEARNING_RATE
+        )
+        if ident == "capstone_counter":  # the port, and the warmup cell's function around it
+            _exec_cell(_master_answers()["capstone_port"], "<master capstone_port>", namespace)
+            _exec_cell(_notebook_function("10_capstone", "warmup_step"), "<10 warmup_step>", namespace)
     import linecache
 
     for notebook, marker in CELLS_ABOVE.get(ident, ()):  # what the answer calls from cells above it
@@ -483,6 +492,26 @@ def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident
     literals = {name: source for name in entry.literals}
     status, message = judged(ident, functions, literals, seed=seed)
     assert status == "passed", message
+
+
+def _exec_cell(source: str, filename: str, namespace: dict[str, Any]) -> None:
+    """Run a cell's source in ``namespace``, its source where AutoGraph reads it (as IPython does)."""
+    import linecache
+
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+
+
+def _notebook_function(notebook: str, name: str) -> str:
+    """The source of the function ``name`` that a cell of the master ``notebook`` defines."""
+    import nbformat
+
+    for cell in nbformat.read(ROOT / "solutions" / f"{notebook}.ipynb", as_version=4).cells:
+        if cell.cell_type == "code" and f"def {name}(" in cell.source:
+            tree = ast.parse(cell.source)
+            found = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+            return ast.get_source_segment(cell.source, found) or ""
+    raise LookupError(name)
 
 
 def test_a_strategy_and_a_dataset_cross_as_recipes_and_the_kernel_reports_its_runs() -> None:
@@ -840,6 +869,52 @@ def _by_heart() -> list[tuple[str, Any]]:
     ]  # fmt: skip
 
 
+def _same_update_wrong_answers(folder: Path) -> list[tuple[str, dict[str, Any], str]]:
+    """(exercise, the functions the kernel is handed, what the hint must say): real mistakes in the
+    steps that compare.same_update judges (capstone_port, capstone_counter, worker_step)."""
+    from test_capstone import right_clip, right_loss
+    from test_checks_capstone import WARMUP_HINT, _colleague_port, _counter, _local_clip, _unscaled_penalty
+    from test_checks_multi_worker_training import step_with, write_program
+
+    from course_utils.exercises import capstone
+
+    own_mean = step_with(
+        "squared = tf.reduce_mean(tf.square(model(x, training=True) - y), axis=-1)\n"
+        "            share = tf.nn.compute_average_loss(squared, global_batch_size=GLOBAL_BATCH)",
+        "share = tf.reduce_mean(tf.square(model(x, training=True) - y))",
+    )
+    unreduced = step_with(
+        "return strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None)", "return shares"
+    )
+    programs = []
+    for name, answer in (("own_mean", own_mean), ("unreduced", unreduced)):
+        (folder / name).mkdir()
+        programs.append(write_program(folder / name, worker_step=answer)["worker_step"])
+    port = "make_train_step"
+    return [
+        ("capstone_port", {port: capstone.step_with_loss(_unscaled_penalty, right_clip)}, "added on every replica"),
+        ("capstone_port", {port: capstone.step_with_loss(right_loss, _local_clip)}, "clips its own gradient"),
+        ("capstone_counter", {"fixed_port": _counter("SUM")}, "the step counter has aggregation=SUM"),
+        ("capstone_counter", {"fixed_port": _counter()}, "aggregation=NONE: each replica adds to its own copy"),
+        ("capstone_counter", {"fixed_port": _counter("SUM", synchronization="ON_READ")}, "synchronization=ON_READ"),
+        ("capstone_counter", {"fixed_port": _colleague_port}, WARMUP_HINT),
+        ("worker_step", {"STEP": str(programs[0])}, "each replica averages over its own examples"),
+        ("worker_step", {"STEP": str(programs[1])}, "each replica's own loss (a PerReplica value)"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_a_same_update_check_runs_the_students_step_in_the_kernel_and_names_its_mistake(
+    case, tmp_path
+) -> None:
+    """compare.same_update's checks send every run of the student's step (each replica count, each
+    probe) to the kernel as a harness call, and diagnose here from the runs' numbers and the
+    variables the step made: the notebook's hints."""
+    ident, functions, said = _same_update_wrong_answers(tmp_path)[case]
+    status, message = judged(ident, functions, seed=5)
+    assert status == "failed" and said in message, (ident, message)
+
+
 def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
     """A kernel that answers a harness with made-up data (no replicas' results, or zeros) fails: the
     judge checks what comes back against its own references, whatever the kernel ran. One that sends
@@ -852,6 +927,8 @@ def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
         "epochs": 1,
         "weights": np.zeros(28 * 28 * 16 + 16 + 16 * 10 + 10),
     }  # the check model's count, all 0
+    no_update = {"replicas": 1, "losses": [0.0, 0.0], "update": np.zeros(3), "first_update": np.zeros(3),
+                 "metrics": [], "error": "", "metric_names": [], "created": [], "counters": []}  # fmt: skip
     loop_ran = {"traced": True, "function": "Function", "traces": 1, "refused": [], "losses": [0.0] * 3,
                 "shapes": [(8, 6)], "steps": 5, "built_by_a_step": False, "update": np.zeros(21)}  # fmt: skip
     for ident, forged in [("global_moments", []), ("replica_dropout", [[], [], []]), ("masked_last_batch", {"pair": False}),
@@ -869,6 +946,8 @@ def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
                                             "update": []}),
                           ("fit_resumable", {**trained, "interrupted": True, "saved": ["training_metadata.json"],
                                              "begun": [2, 3]}),
+                          ("capstone_port", no_update), ("capstone_counter", {}),
+                          ("worker_step", {"g": 8, "features": 3, **no_update}),
                           *_by_heart()]:  # fmt: skip
         ours, theirs = socket.socketpair()
 

@@ -172,6 +172,11 @@ JUDGED: dict[str, Judged] = {
                        kwargs={"pod": 2, "chief": 1, "workers": 2, "ps": 1}),
     "naive_loss_prediction": Judged("capstone", "check_naive_loss_prediction",
                                     ("literal:PREDICTION", "course:naive_train_step"), known="first_loss_names"),
+    # same_update: each run of the student's step (every replica count, every probe) is a harness call
+    # in the kernel; the references, the float noise, the comparisons and the diagnosis are the judge's
+    "worker_step": Judged("multi_worker_training", "check_worker_step", ("fn:STEP",)),
+    "capstone_port": Judged("capstone", "check_capstone_port", ("fn:make_train_step",)),
+    "capstone_counter": Judged("capstone", "check_capstone_counter", ("fn:fixed_port",)),
 }
 # fmt: on
 

@@ -3,7 +3,8 @@
 The capstone's single-device script (the same constants and code as the notebook's cell), and its
 version with a learning-rate warmup, are here too: they are the one-device references the checks
 compare the student's distributed steps with, so a student's capstone gets the same verdict and
-hint as ``check_same_update`` gives any step.
+hint as ``check_same_update`` gives any step. The student's runs are made by :func:`port_run`, a
+harness (``port_runs``): a grader judges the checks outside the student's kernel.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .. import compare
 from ..checks import exercise, expect, passed
 from ..lessons.reference import check_batch, step_with_loss
 from ..runtime import import_tensorflow as _tf
+from . import harness, in_kernel, port_runs
 
 #: The script's settings: an L2 penalty, shirts weighted 3x, clipping by the global norm.
 L2 = 1e-3
@@ -253,12 +255,51 @@ def script_first_loss() -> tuple[float, float]:
     return data, float(tf.add_n(model.losses))
 
 
+@harness
+def port_run(
+    factory: Callable[..., Any], replicas: int, data: Any, options: dict[str, Any]
+) -> dict[str, Any]:
+    """One of same_update's runs of the student's step ``factory`` (:func:`port_runs.run_there`'s
+    plain data), with ``counters``: the synchronization and aggregation of each scalar variable it
+    made (a step counter), as its copy on the second device has them."""
+    created: list[Any] = []
+    reply = port_runs.run_there(
+        _recording(factory, created),
+        replicas,
+        data,
+        options,
+        make_model=make_model,
+        make_optimizer=make_optimizer,
+        make_metric=make_metric,
+    )
+    second = [v for v in created if v.shape.rank == 0 and v.device.upper().endswith("CPU:1")]
+    reply["counters"] = [[v.synchronization.name, v.aggregation.name] for v in second]
+    return reply
+
+
+def _runner(factory: Callable[..., Any], counters: Optional[list] = None) -> Callable[..., compare.Run]:
+    """same_update's runner: the student's runs made by :func:`port_run` (in a grader's kernel);
+    each run's ``counters`` added to ``counters``."""
+
+    def take(reply: dict) -> None:
+        found: Any = reply.get("counters")
+        expect(
+            isinstance(found, list) and all(isinstance(c, list) and len(c) == 2 for c in found),
+            "The grading kernel's answer does not say which variables your step made.",
+        )
+        if counters is not None:
+            counters.extend([str(a), str(b)] for a, b in found)
+
+    options = dict(make_model=make_model, make_optimizer=make_optimizer, make_metric=make_metric)
+    return port_runs.runner(port_run, factory, CHECK_BATCH, on_reply=take, **options)
+
+
 def check_capstone_port(make_train_step: Callable[..., Any]) -> compare.SameUpdate:
     """``make_train_step(model, optimizer, metric, global_batch_size)``: the whole port of the
     script (data loss share, penalty, clipping after the sum, metric), compared with the
     single-device script on 1, 2 and 4 replicas."""
     with exercise("capstone_port"):
-        result = same_update(make_train_step)
+        result = same_update(make_train_step, runner=_runner(make_train_step))
         expect(result.ok, result.hint)
     passed("capstone_port", f"weights, loss and weighted accuracy match the script on {_counts()} replicas.")
     return result
@@ -280,6 +321,7 @@ def _recording(factory: Callable[..., Any], created: list[Any]) -> Callable[...,
     return recording
 
 
+@harness
 def counter_readings(factory: Callable[..., Any], replicas: int) -> list[float]:
     """The scalar variables ``factory`` creates (step counters), read on the first device after
     ``CHECK_STEPS`` steps of its step on ``replicas`` replicas (one value per variable)."""
@@ -341,9 +383,11 @@ def _counter_hint(fixed_port: Callable[..., Any], hint: str) -> Optional[str]:
         )
     n = max(replica_counts())
     try:
-        one, many = counter_readings(fixed_port, 1), counter_readings(fixed_port, n)
+        one, many = (in_kernel(counter_readings, fixed_port, r) for r in (1, n))
     except Exception:  # the step fails in a way the same-update hint already names
         return None
+    if not all(isinstance(r, list) and all(port_runs._number(v) for v in r) for r in (one, many)):
+        return None  # not readings: the same-update hint stands
     if not one or one == many:
         return None
     return (
@@ -359,13 +403,14 @@ def check_capstone_counter(fixed_port: Callable[..., Any]) -> None:
     the counter it makes in the scope must keep its copies equal: ``ONLY_FIRST_REPLICA`` (or a float
     ``MEAN``), ``ON_WRITE``."""
     with exercise("capstone_counter"):
-        created: list[Any] = []
-        result = same_update(_recording(fixed_port, created), reference=make_warmup_script_step)
+        counters: list[list[str]] = []  # each counter's (synchronization, aggregation), as port_run saw
+        runner = _runner(fixed_port, counters)
+        result = same_update(fixed_port, reference=make_warmup_script_step, runner=runner)
         if not result.ok:
             expect(False, _counter_hint(fixed_port, result.hint) or result.hint)
-        for copy in (v for v in created if v.shape.rank == 0 and v.device.upper().endswith("CPU:1")):
-            expect(copy.synchronization.name != "ON_READ", ON_READ_HINT)
-            name = copy.aggregation.name  # the copies stay equal: replica 0's update, or a mean
+        for synchronization, name in counters:
+            expect(synchronization != "ON_READ", ON_READ_HINT)
+            # the copies stay equal: replica 0's update, or a mean
             expect(name in ("ONLY_FIRST_REPLICA", "MEAN"), _aggregation_hint(name))
     passed(
         "capstone_counter",

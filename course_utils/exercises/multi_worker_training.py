@@ -10,6 +10,7 @@ task a Kubernetes pod becomes (section 11's start-up lines, run for that pod).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -25,7 +26,7 @@ from .. import compare
 from ..checks import exercise, expect, expect_close, passed
 from ..cluster import make_tf_config
 from ..runtime import import_tensorflow
-from . import harness, in_kernel, unseen
+from . import harness, in_kernel, port_runs, unseen
 
 
 def load_program(program: Any, *names: str) -> ModuleType:
@@ -221,42 +222,75 @@ def _reference_step(model: Any, optimizer: Any, metric: Any, g: int) -> Any:
     return step
 
 
+def worker_model(features: int) -> Any:
+    """The model worker_step's check trains: ``features`` inputs -> Dense(4, ReLU) -> Dense(1), seeded."""
+    import keras
+
+    keras.utils.set_random_seed(1)
+    return keras.Sequential(
+        [keras.Input((features,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)]
+    )
+
+
+def _program_step(train: ModuleType) -> Any:
+    """same_update's factory (distributed) of the program's ``make_train_step(strategy, model, optimizer)``."""
+    tf = import_tensorflow()
+
+    def make_step(strategy: Any, model: Any, optimizer: Any, metric: Any, _g: int) -> Any:
+        step = train.make_train_step(strategy, model, optimizer)
+        expect(callable(step), f"make_train_step returned {step!r}: return the tf.function train_step.")
+
+        def call(inputs: Any) -> Any:
+            loss = step(*inputs)
+            expect(
+                not isinstance(loss, tf.distribute.DistributedValues),
+                "train_step returned each replica's own loss (a PerReplica value): combine them into "
+                "the loss of the whole global batch.",
+            )
+            return loss
+
+        return call
+
+    return make_step
+
+
+#: The programs step_program loaded, by path: the runs of one check use the one it loaded.
+_PROGRAMS: dict[str, ModuleType] = {}
+
+
+@harness
+def step_program(program: Any) -> dict[str, int]:
+    """The program's file loaded afresh (kept for :func:`worker_step_run`): its global batch and features."""
+    train = load_program(program, "make_train_step", "GLOBAL_BATCH", "FEATURES")
+    _PROGRAMS[str(program)] = train
+    return {"g": int(train.GLOBAL_BATCH), "features": int(train.FEATURES)}
+
+
+@harness
+def worker_step_run(program: Any, replicas: int, data: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """One of same_update's runs of the program's step (:func:`port_runs.run_there`'s plain data)."""
+    train = _PROGRAMS.get(str(program)) or load_program(program, "make_train_step")
+    model = functools.partial(worker_model, int(np.shape(data[0])[1]))
+    return port_runs.run_there(_program_step(train), replicas, data, options, make_model=model)
+
+
 def check_worker_step(program: Any) -> None:
     """The program's ``make_train_step(strategy, model, optimizer)`` on 1 and 2 replicas against one
     device: the same update and the same loss."""
-    import keras
-
-    tf = import_tensorflow()
     with exercise("worker_step"):
-        train = load_program(program, "make_train_step", "GLOBAL_BATCH", "FEATURES")
-        g = int(train.GLOBAL_BATCH)
+        sizes = in_kernel(step_program, program)
+        expect(
+            isinstance(sizes, dict)
+            and all(port_runs._number(sizes.get(k)) and abs(sizes[k]) <= 10**6 for k in ("g", "features")),
+            "The grading kernel's answer does not give the program's GLOBAL_BATCH and FEATURES.",
+        )
+        g, features = int(sizes["g"]), int(sizes["features"])
         rng = np.random.default_rng(3)
-        x = rng.normal(size=(2 * g, int(train.FEATURES))).astype("float32")
+        x = rng.normal(size=(2 * g, features)).astype("float32")
         y = (x @ rng.normal(size=(x.shape[1], 1)) + 0.1).astype("float32")
-
-        def make_step(strategy: Any, model: Any, optimizer: Any, metric: Any, _g: int) -> Any:
-            step = train.make_train_step(strategy, model, optimizer)
-            expect(callable(step), f"make_train_step returned {step!r}: return the tf.function train_step.")
-
-            def call(inputs: Any) -> Any:
-                loss = step(*inputs)
-                expect(
-                    not isinstance(loss, tf.distribute.DistributedValues),
-                    "train_step returned each replica's own loss (a PerReplica value): combine them into "
-                    "the loss of the whole global batch.",
-                )
-                return loss
-
-            return call
-
-        def make_model() -> Any:
-            keras.utils.set_random_seed(1)
-            return keras.Sequential(
-                [keras.Input((x.shape[1],)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)]
-            )
-
+        make_model = functools.partial(worker_model, x.shape[1])
         result = compare.same_update(
-            make_step,
+            program,
             x,
             y,
             make_model=make_model,
@@ -265,6 +299,7 @@ def check_worker_step(program: Any) -> None:
             replicas=(1, 2),
             distributed=True,
             reference=_reference_step,
+            runner=port_runs.runner(worker_step_run, program, g, make_model=make_model),
         )
         expect(
             result.ok or "on 1 replica" not in result.hint,
