@@ -228,5 +228,7 @@ def test_the_core_is_small() -> None:
     # and by 150 more (13,621 -> 13,772) for 03's three fit checks split into harnesses (+151).
     # and by 100 more (13,772 -> 13,869) for 06's masked_last_batch in one compiled call (its harness
     # counts the calls and steps of the student's compiled evaluation, +97).
+    # and by 200 more (13,874 -> 14,051) for 11's three checks split into harnesses, one device's
+    # references from a fresh Keras-on-JAX process where the judge's Keras runs on TensorFlow (+177).
     assert core <= 3300, f"the core of course_utils is {core} lines"
-    assert whole <= 13900, f"course_utils is {whole} lines"
+    assert whole <= 14100, f"course_utils is {whole} lines"

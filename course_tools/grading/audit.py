@@ -1,6 +1,6 @@
 """Graders (inside the engine): the audit, what in an answer reaches for the checks instead of solving it.
 
-A check that runs in the same Python kernel as the student's code (6 exercises of 55) can be
+A check that runs in the same Python kernel as the student's code (3 exercises of 55) can be
 fooled: code in an answer cell can replace the check, the functions it relies on (``numpy.allclose``, ``tf.debugging``, the course's
 ``expect``), the output it is judged by, or call the course's own reference implementation.
 Whatever runs in that kernel can be forged by code in that kernel; the source the student handed in
