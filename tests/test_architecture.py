@@ -232,4 +232,6 @@ def test_the_core_is_small() -> None:
     # counts the calls and steps of the student's compiled evaluation, +97).
     # and by 200 more (13,869 -> 14,074) for 07's worker_step and 10's capstone_port and capstone_counter
     # judged outside the kernel: each run of the student's step a harness call (exercises/port_runs.py).
-    assert whole <= 14100, f"course_utils is {whole} lines"
+    # and by 200 more (14,074 -> 14,251) for 11's three checks split into harnesses, one device's
+    # references from a fresh Keras-on-JAX process where the judge's Keras runs on TensorFlow (+177).
+    assert whole <= 14300, f"course_utils is {whole} lines"

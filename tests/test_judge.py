@@ -448,6 +448,10 @@ def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident
         pytest.skip("judged on 4 virtual CPUs in a process of its own (test_the_naive_loss_prediction_...)")
     if any(arg.startswith("kernel:") for arg in judge.JUDGED[ident].args):
         pytest.skip("needs the notebook's cluster: tests/test_checks_parameter_servers.py judges it there")
+    if ident in JAX_KERNEL_EXERCISES:
+        pytest.skip(
+            "needs a kernel with Keras on JAX: test_notebook_11s_answers_are_judged_from_a_jax_kernel"
+        )
     source = _master_answers()[ident]
     entry = judge.JUDGED[ident]
     if source.startswith("%%writefile"):  # notebook 07's programs, which import one another
@@ -915,6 +919,38 @@ def test_a_same_update_check_runs_the_students_step_in_the_kernel_and_names_its_
     assert status == "failed" and said in message, (ident, message)
 
 
+def _forged_jax_runs() -> list[tuple[str, Any]]:
+    """Notebook 11's harnesses answered with the right layout and placement but no update, or a zero
+    one (every call of an exercise gets the same reply): the judge's one device (a fresh JAX process)
+    refuses them."""
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    placed = {
+        "array": True,
+        "shape": [8, 4],
+        "values": x,
+        "shards": [[0, x[:4]], [1, x[4:]]],
+        "rank_error": None,
+    }
+    shards = {
+        "up kernel": [[8, 8]] * 2,
+        "down kernel": [[8, 4]] * 2,
+        "up bias": [[8]] * 2,
+        "down bias": [[4]] * 2,
+    }
+    layout = {
+        "layout_map": True,
+        "axes": ["batch", "model"],
+        "shape": [1, 2],
+        "dims": [2, 1, 2],
+        "keys": [".*up/kernel$", ".*up/bias$", ".*down/kernel$"],
+        "shards": shards,
+    }
+    return [("jax_shard_batch", placed), ("jax_shard_batch", {**placed, "shards": []}),
+            ("jax_port_loss", []), ("jax_port_loss", {"update": np.zeros(212), "loss": 0.0}),
+            ("jax_tensor_parallel", {**layout, "update": np.zeros(212)}),
+            ("jax_tensor_parallel", {**layout, "update": []})]  # fmt: skip
+
+
 def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
     """A kernel that answers a harness with made-up data (no replicas' results, or zeros) fails: the
     judge checks what comes back against its own references, whatever the kernel ran. One that sends
@@ -948,7 +984,8 @@ def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
                                              "begun": [2, 3]}),
                           ("capstone_port", no_update), ("capstone_counter", {}),
                           ("worker_step", {"g": 8, "features": 3, **no_update}),
-                          *_by_heart()]:  # fmt: skip
+                          *_by_heart(),
+                          *_forged_jax_runs()]:  # fmt: skip
         ours, theirs = socket.socketpair()
 
         def kernel(sock: socket.socket = theirs, ident: str = ident, forged: Any = forged) -> None:
@@ -1154,10 +1191,14 @@ def test_the_graders_guide_counts_the_judged_exercises() -> None:
         for cell in nbformat.read(path, as_version=4).cells
         if role(cell) == "check"
     }
-    guide = (ROOT / "docs" / "grading.md").read_text()
-    assert re.search(rf"\({len(judge.JUDGED)} of the {len(ids)}:", guide)
-    assert f"The other {len(ids) - len(judge.JUDGED)} exercises" in guide
+    guide = " ".join((ROOT / "docs" / "grading.md").read_text().split())
     assert set(judge.JUDGED) <= ids
+    if set(judge.JUDGED) == ids:
+        assert f"For each exercise (all {len(ids)} of the course's:" in guide
+        assert "No exercise's check runs in the kernel any more." in guide
+    else:
+        assert re.search(rf"\({len(judge.JUDGED)} of the {len(ids)}:", guide)
+        assert f"The other {len(ids) - len(judge.JUDGED)} exercises" in guide
 
 
 def test_restart_step_is_judged_on_the_notebooks_own_program() -> None:
@@ -1300,3 +1341,146 @@ def test_a_served_check_cell_keeps_its_lines_but_the_checks_call() -> None:
     served = judge.serve_source("restart_step", cell.source)
     assert "RESTART_PREDICTION = PREDICTION" in served and "check_restart_step" not in served
     assert served.splitlines()[-1] == "_serve('restart_step')"
+
+
+# --------------------------------------------------------------------------- notebook 11: a kernel on JAX
+
+#: Notebook 11's exercises whose harnesses need Keras on JAX in the kernel (this process runs it on TensorFlow).
+JAX_KERNEL_EXERCISES = {"jax_shard_batch", "jax_port_loss", "jax_tensor_parallel"}
+
+_JAX_KERNEL = r"""
+import json, os
+from course_utils import config
+from course_utils.lessons.keras_on_jax import setup_jax
+
+setup_jax(config.load(), cpus=2, show_report=False)
+import jax
+import jax.numpy as jnp
+import keras
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from course_tools.grading.answers import serve
+
+exec(PER_EXAMPLE_LOSS)  # the notebook's cell above the answers
+for ident, name, source in SERVED:
+    namespace = {"jax": jax, "jnp": jnp, "keras": keras, "np": np, "NamedSharding": NamedSharding, "P": P,
+                 "per_example_loss": per_example_loss}
+    exec(source, namespace)
+    serve(ident, **{name: namespace[name]})
+"""
+
+
+def _layout(up: str = '(None, "model")', keys: tuple = (".*up/kernel$", ".*down/kernel$"), mesh: str = "(1, 2)",
+            biases: str = '{".*up/bias$": ("model",)}') -> str:  # fmt: skip
+    return (
+        "def tensor_parallel(devices):\n"
+        f'    layouts = keras.distribution.LayoutMap(keras.distribution.DeviceMesh({mesh}, ["batch", "model"], devices=devices))\n'
+        f'    layouts[{keys[0]!r}], layouts[{keys[1]!r}] = {up}, ("model", None)\n'
+        f"    for key, axes in {biases}.items():\n        layouts[key] = axes\n"
+        "    return layouts\n"
+    )
+
+
+#: (exercise, the answer's name, its source, the hint's words: "" for a pass), served in this order.
+_JAX_ANSWERS: list[tuple[str, str, str, tuple[str, ...]]] = [
+    ("jax_shard_batch", "shard_batch", "def shard_batch(x, mesh):\n    return x\n", ("not a NumPy array",)),
+    ("jax_shard_batch", "shard_batch", "def shard_batch(x, mesh):\n    return jax.device_put(x, NamedSharding(mesh, P()))\n",
+     ("whole batch (replicated)",)),
+    ("jax_shard_batch", "shard_batch",
+     "def shard_batch(x, mesh):\n    return jax.device_put(x, NamedSharding(mesh, P(None, 'batch')))\n",
+     ("split the features (dimension 1)",)),
+    ("jax_shard_batch", "shard_batch",
+     "def shard_batch(x, mesh):\n    return jax.device_put(x, NamedSharding(mesh, P('batch', None)))\n",
+     ("1-D labels", "name only the dimension you split")),
+    ("jax_shard_batch", "shard_batch", "def shard_batch(x, mesh):\n    raise NotImplementedError\n", ("not done yet",)),
+    ("jax_port_loss", "port_loss", "def port_loss(y, logits):\n    return per_example_loss(y, logits)\n",
+     ("shape (16,)", "one number")),
+    ("jax_port_loss", "port_loss",
+     "def port_loss(y, logits):\n    return jnp.sum(per_example_loss(y, logits)) / (len(y) // 2)\n",
+     ("2.00x", "per-device batch")),
+    ("jax_port_loss", "port_loss",
+     "def port_loss(y, logits):\n    return jnp.sum(per_example_loss(y, logits)) / (len(y) * 2)\n",
+     ("0.50x", "what does len(y) count?")),
+    ("jax_port_loss", "port_loss", "def port_loss(y, logits):\n    return jnp.sum(per_example_loss(y, logits)) / 16\n",
+     ("On 12 examples of loss log 3 each", "your divisor is a fixed number")),
+    ("jax_tensor_parallel", "tensor_parallel", _layout(keys=("up/kernel", "down/kernel")), ("re.search", "re.fullmatch")),
+    ("jax_tensor_parallel", "tensor_parallel", _layout(up='("model", None)'), ("up/kernel's rows (dimension 0)",)),
+    ("jax_tensor_parallel", "tensor_parallel", _layout(biases='{".*bias$": ("model",)}'),
+     ("down's bias is added after the all-reduce",)),
+    ("jax_tensor_parallel", "tensor_parallel", _layout(mesh="(2, 1)"), ("nothing is split",)),
+    ("jax_tensor_parallel", "tensor_parallel", "def tensor_parallel(devices):\n    return {}\n",
+     ("Return the keras.distribution.LayoutMap",)),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def jax_kernel_verdicts() -> list[tuple[str, str]]:
+    """The masters' answers to notebook 11's three, then :data:`_JAX_ANSWERS`, each served by a kernel
+    with Keras on JAX and 2 CPU devices (a process of its own, as the grader's) to the judge's check
+    here, where Keras runs on TensorFlow: ``(status, message)`` each, in order."""
+    import os
+    import tempfile
+
+    from course_utils.processes import run_python
+
+    masters = _master_answers()
+    served = [
+        (ident, judge.JUDGED[ident].functions[0], masters[ident], ())
+        for ident in sorted(JAX_KERNEL_EXERCISES)
+    ]
+    served += _JAX_ANSWERS
+    folder = tempfile.mkdtemp(prefix="judge")  # a socket's path has at most 107 bytes
+    path = os.path.join(folder, judge.SOCKET)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    listener.settimeout(5)
+    code = (
+        f"PER_EXAMPLE_LOSS = {_cell_assignment('per_example_loss')!r}\nSERVED = {[s[:3] for s in served]!r}\n"
+    )
+    done: dict[str, Any] = {}
+
+    def kernel() -> None:
+        env = {"KERAS_BACKEND": "jax", "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu", answers.SOCKET_VARIABLE: path}
+        done["run"] = run_python(code + _JAX_KERNEL, env=env, timeout=900)
+
+    thread = threading.Thread(target=kernel, daemon=True)
+    thread.start()
+    verdicts = []
+    with listener:
+        for ident, *_ in served:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                    break
+                except socket.timeout:
+                    assert thread.is_alive(), done["run"].stderr[-2000:]
+            with conn, conn.makefile("rb") as stream:
+                conn.settimeout(600)
+                assert answers.read_message(stream) == {"serve": ident}
+                verdict = judge.judge_one(ident, {}, conn, stream)
+                answers.write_message(conn, {"verdict": verdict[0], "message": verdict[1]})
+            verdicts.append(verdict)
+    thread.join(timeout=60)
+    assert done["run"].ok, done["run"].stderr[-2000:]
+    return verdicts
+
+
+def test_notebook_11s_answers_are_judged_from_a_jax_kernel(
+    jax_kernel_verdicts: list[tuple[str, str]],
+) -> None:
+    """The masters' answers pass; each wrong answer fails with its hint, the judge's, though the
+    judge's Keras runs on TensorFlow: the kernel sent what happened, the references came from JAX."""
+    import keras
+
+    assert keras.backend.backend() == "tensorflow"
+    right, wrong = (
+        jax_kernel_verdicts[: len(JAX_KERNEL_EXERCISES)],
+        jax_kernel_verdicts[len(JAX_KERNEL_EXERCISES) :],
+    )
+    for status, message in right:
+        assert status == "passed", message
+    for (ident, _, _, hints), (status, message) in zip(_JAX_ANSWERS, wrong, strict=True):
+        assert status == "failed" and message.startswith(f"Exercise {ident}"), (ident, status, message)
+        assert "\n" not in message and all(hint in message for hint in hints), (hints, message)

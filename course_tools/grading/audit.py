@@ -1,7 +1,8 @@
 """Graders (inside the engine): the audit, what in an answer reaches for the checks instead of solving it.
 
-A check that runs in the same Python kernel as the student's code (3 exercises of 55) can be
-fooled: code in an answer cell can replace the check, the functions it relies on (``numpy.allclose``, ``tf.debugging``, the course's
+A check that runs in the same Python kernel as the student's code can be
+fooled (every exercise of the course is now judged outside it, :mod:`.judge`, where the findings
+are notes but for a pass that borrows the course's code or rests on a harness's report): code in an answer cell can replace the check, the functions it relies on (``numpy.allclose``, ``tf.debugging``, the course's
 ``expect``), the output it is judged by, or call the course's own reference implementation.
 Whatever runs in that kernel can be forged by code in that kernel; the source the student handed in
 cannot. So the grader reads every answer's syntax tree, in its own process and before anything

@@ -170,6 +170,11 @@ JUDGED: dict[str, Judged] = {
                            kwargs={"killed_after": 7}),
     "pod_task": Judged("multi_worker_training", "check_pod_task", ("literal:PREDICTION", "none:DERIVE"),
                        kwargs={"pod": 2, "chief": 1, "workers": 2, "ps": 1}),
+    # notebook 11's kernel runs Keras on JAX, the judge's on TensorFlow: the harnesses run the student's
+    # code in the kernel; one device's references come from a fresh Keras-on-JAX process, once a judge
+    "jax_shard_batch": Judged("keras_distribution_on_jax", "check_shard_batch", ("fn:shard_batch",)),
+    "jax_port_loss": Judged("keras_distribution_on_jax", "check_port_loss", ("fn:port_loss",)),
+    "jax_tensor_parallel": Judged("keras_distribution_on_jax", "check_tensor_parallel", ("fn:tensor_parallel",)),
     "naive_loss_prediction": Judged("capstone", "check_naive_loss_prediction",
                                     ("literal:PREDICTION", "course:naive_train_step"), known="first_loss_names"),
     # same_update: each run of the student's step (every replica count, every probe) is a harness call

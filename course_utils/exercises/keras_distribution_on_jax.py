@@ -4,6 +4,9 @@ Each check runs on two JAX devices (the first two accelerators, else the set-up 
 devices, as on a one-chip v5e-1 or one GPU) against one device, the first of the two, with float32
 matmuls in float32 on both (by default a TPU uses one bfloat16 pass and a recent NVIDIA GPU TF32,
 far above float noise: :func:`same_footing`). Nothing here imports TensorFlow (Colab's TPU runtimes).
+A grader whose Keras runs on TensorFlow judges them outside the kernel: the harnesses run the
+student's code in the kernel (Keras on JAX) and send back shapes, shards and updates; one device's
+references are computed in a fresh process with Keras on JAX (:func:`jax_references`).
 
 * ``jax_shard_batch``: ``shard_batch(x, mesh)`` splits a global batch over the mesh's ``"batch"``
   axis; two steps on it (labels placed by it too) give one device's update;
@@ -31,7 +34,8 @@ import numpy as np
 
 from .. import compare
 from ..checks import exercise, expect, passed
-from ..errors import ExerciseError, last_error_line
+from ..errors import ExerciseError, describe_raised, last_error_line
+from . import harness, in_kernel
 
 #: Float noise of these few steps on 2 devices is ~1e-7 relative; a real mistake is of order 1.
 UPDATE_RTOL = 1e-5
@@ -162,30 +166,131 @@ def _same_update(actual: np.ndarray, expected: np.ndarray, hint: str) -> None:
     expect(gap < UPDATE_RTOL, f"{hint} ({compare.factor(actual, expected):.2f}x one device's update)")
 
 
+def _on_jax() -> bool:
+    """Whether this process's Keras runs on JAX (the notebook's kernel; not a grader's judge)."""
+    keras = sys.modules.get("keras")
+    return keras is not None and hasattr(keras, "backend") and keras.backend.backend() == "jax"
+
+
+def one_device(steps: int) -> tuple[np.ndarray, float]:
+    """:func:`train_update` ``(None, steps=steps)`` on the first of :func:`two_devices`: its update and
+    last loss, here when Keras runs on JAX, else from a fresh Keras-on-JAX process (:func:`jax_references`)."""
+    if _on_jax():
+        with same_footing(two_devices()):
+            update, loss, _ = train_update(None, steps=steps)
+        return update, loss
+    found = _references_in_a_jax_process()["one device"][str(steps)]
+    return np.asarray(found["update"], np.float64), float(found["loss"])
+
+
+#: What a check says of a harness's reply it cannot read (never in a notebook: a forged reply).
+_UNREAD = "The check could not read what your code did; run the set-up cell, then this check again."
+
+
+def _sent(reply: Any, *keys: str) -> dict[str, Any]:
+    """A harness's reply, a dict with ``keys``; a hint, never a pass, for anything else."""
+    expect(isinstance(reply, dict) and all(key in reply for key in keys), _UNREAD)
+    return dict(reply)
+
+
+def _vector(value: Any) -> np.ndarray:
+    """An update sent back by a harness, as a float64 vector (an empty one for anything else: it
+    matches no reference)."""
+    try:
+        vector = np.asarray(value, np.float64)
+    except (TypeError, ValueError):
+        return np.zeros(0)
+    return vector if vector.ndim == 1 else np.zeros(0)
+
+
+def _shapes(value: Any) -> set[tuple[int, ...]]:
+    """Shard shapes sent back by a harness (a list of lists of ints), as a set of tuples."""
+    try:
+        return {tuple(int(n) for n in shape) for shape in value}
+    except (TypeError, ValueError):
+        return set()
+
+
 # --------------------------------------------------------------------------- jax_shard_batch
+
+
+def _batch_mesh(devices: list) -> Any:
+    import keras
+
+    return keras.distribution.DeviceMesh((2,), ["batch"], devices=devices).backend_mesh
+
+
+def _shard_input() -> np.ndarray:
+    return np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
+
+
+@harness
+def shard_placement(shard_batch: Callable[[Any, Any], Any]) -> dict[str, Any]:
+    """The kernel's side of :func:`check_shard_batch`: ``shard_batch`` on 8 examples over the 2 devices'
+    ``"batch"`` mesh: whether it gave a ``jax.Array``, its shape and values, and each shard's device
+    (0, 1: the two; below 0: another) and data."""
+    import jax
+
+    devices = two_devices()
+    out = shard_batch(_shard_input(), _batch_mesh(devices))
+    if not isinstance(out, jax.Array):
+        return {"array": False}
+    return {
+        "array": True,
+        "shape": list(out.shape),
+        "values": np.asarray(out),
+        "shards": [
+            [devices.index(s.device) if s.device in devices else -1 - int(s.device.id), np.asarray(s.data)]
+            for s in out.addressable_shards
+        ],
+    }
+
+
+@harness
+def shard_labels(shard_batch: Callable[[Any, Any], Any]) -> dict[str, Any]:
+    """``shard_batch`` on 8 labels (1-D): the rank ``ValueError`` it raised, else ``None``."""
+    devices = two_devices()
+    try:
+        shard_batch(np.arange(8, dtype=np.int32), _batch_mesh(devices))
+    except ValueError as error:
+        if "rank" not in str(error):
+            raise
+        return {"rank_error": str(error)}
+    return {"rank_error": None}
+
+
+@harness
+def shard_training(shard_batch: Callable[[Any, Any], Any]) -> np.ndarray:
+    """The update of :func:`train_update` under ``DataParallel``, the batch and labels placed by ``shard_batch``."""
+    import keras
+
+    devices = two_devices()
+    mesh = _batch_mesh(devices)
+    with same_footing(devices):
+        two, _, _ = train_update(
+            keras.distribution.DataParallel(devices=devices), place=lambda a: shard_batch(a, mesh)
+        )
+    return two
 
 
 def check_shard_batch(shard_batch: Callable[[Any, Any], Any]) -> None:
     """``shard_batch(x, mesh)``: ``x`` as one global ``jax.Array``, its examples split over ``"batch"``."""
     with exercise("jax_shard_batch"):
-        import jax
-        import keras
-
-        devices = two_devices()
-        mesh = keras.distribution.DeviceMesh((2,), ["batch"], devices=devices).backend_mesh
-        x = np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
-        out = shard_batch(x, mesh)
+        x = _shard_input()
+        out = _sent(in_kernel(shard_placement, shard_batch), "array")
         expect(
-            isinstance(out, jax.Array),
+            out["array"] is True,
             "Return a jax.Array placed on the mesh's devices, not a NumPy array.",
         )
+        out = _sent(out, "shape", "values", "shards")
+        values = out["values"]
         expect(
-            out.shape == x.shape and np.array_equal(np.asarray(out), x),
+            tuple(out["shape"]) == x.shape and isinstance(values, np.ndarray) and np.array_equal(values, x),
             "The global array must hold the whole batch, unchanged: split where it lives, not its values.",
         )
-        held = {shard.device: np.asarray(shard.data) for shard in out.addressable_shards}
+        held = {int(device): np.asarray(data) for device, data in out["shards"]}
         expect(
-            set(held) == set(devices),
+            set(held) == {0, 1},
             f"Your array lives on {len(held)} device(s): give jax.device_put a NamedSharding over the mesh.",
         )
         shapes = {tuple(part.shape) for part in held.values()}
@@ -199,23 +304,18 @@ def check_shard_batch(shard_batch: Callable[[Any, Any], Any]) -> None:
             "You split the features (dimension 1), not the examples (dimension 0).",
         )
         expect(shapes == {(4, 4)}, f"Each device should hold 4 of the 8 examples, not {sorted(shapes)}.")
-        try:  # the training steps below place the 1-D labels with it too
-            shard_batch(np.arange(8, dtype=np.int32), mesh)
-        except ValueError as error:
-            if "rank" not in str(error):
-                raise
+        # the training steps below place the 1-D labels with it too
+        if _sent(in_kernel(shard_labels, shard_batch), "rank_error")["rank_error"] is not None:
             raise ExerciseError(
                 "Your PartitionSpec names more dimensions than the 1-D labels have: name only the "
                 "dimension you split, and it fits an array of any rank."
-            ) from None
+            )
         expect(
-            np.array_equal(held[devices[0]], x[:4]) and np.array_equal(held[devices[1]], x[4:]),
+            np.array_equal(held[0], x[:4]) and np.array_equal(held[1], x[4:]),
             "The first device should hold the first half of the batch, the second the second half.",
         )
-        distribution = keras.distribution.DataParallel(devices=devices)
-        with same_footing(devices):
-            two, _, _ = train_update(distribution, place=lambda a: shard_batch(a, mesh))
-            one, _, _ = train_update(None)
+        two = _vector(in_kernel(shard_training, shard_batch))
+        one, _ = one_device(2)
         _same_update(two, one, "Two steps on your sharded batch should give one device's update")
     passed("jax_shard_batch", "each device holds its 4 examples; two steps on them give one device's update.")
 
@@ -255,30 +355,60 @@ def check_port_factor(prediction: Any) -> None:
 # --------------------------------------------------------------------------- jax_port_loss
 
 
+@harness
+def port_loss_shape(port_loss: Callable[[Any, Any], Any]) -> list[int]:
+    """The kernel's side of :func:`check_port_loss`: the shape of ``port_loss`` on the check's labels."""
+    two_devices()
+    _, y = check_data()
+    return list(np.shape(port_loss(y, np.zeros((EXAMPLES, CLASSES), np.float32))))
+
+
+@harness
+def port_loss_training(port_loss: Callable[[Any, Any], Any]) -> dict[str, Any]:
+    """One SGD step of :func:`train_update` under ``DataParallel`` with ``port_loss``: update and loss."""
+    import keras
+
+    devices = two_devices()
+    with same_footing(devices):
+        two, loss, _ = train_update(
+            keras.distribution.DataParallel(devices=devices), loss_of=port_loss, steps=1
+        )
+    return {"update": two, "loss": loss}
+
+
+@harness
+def port_loss_small(port_loss: Callable[[Any, Any], Any]) -> float:
+    """``port_loss`` on :data:`SMALL_BATCH` labels and zero logits."""
+    _, y = check_data()
+    return float(port_loss(y[:SMALL_BATCH], np.zeros((SMALL_BATCH, CLASSES), np.float32)))
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
+
+
 def check_port_loss(port_loss: Callable[[Any, Any], Any]) -> None:
     """``port_loss(y, logits)`` in a jitted step on 2 devices gives the update of one device."""
     with exercise("jax_port_loss"):
-        import keras
-
-        devices = two_devices()
-        _, y = check_data()
-        shape = np.shape(port_loss(y, np.zeros((EXAMPLES, CLASSES), np.float32)))
+        sent = in_kernel(port_loss_shape, port_loss)
+        expect(isinstance(sent, list), _UNREAD)
+        shape = tuple(sent)
         expect(
             shape == (),
             f"Your loss has shape {shape}: return one number, the mean over the batch, not one per example.",
         )
-        distribution = keras.distribution.DataParallel(devices=devices)
-        with same_footing(devices):  # one SGD step each: a mistake is an exact factor
-            one, one_loss, _ = train_update(None, steps=1)
-            two, two_loss, _ = train_update(distribution, loss_of=port_loss, steps=1)
+        devices = 2  # the check's DataParallel runs on two_devices()
+        one, one_loss = one_device(1)  # one SGD step each: a mistake is an exact factor
+        trained = _sent(in_kernel(port_loss_training, port_loss), "update", "loss")
+        two, two_loss = _vector(trained["update"]), _number(trained["loss"])
         ratio = compare.factor(two, one)
         expect(
-            not abs(ratio - len(devices)) < 1e-3,
+            not abs(ratio - devices) < 1e-3,
             "Your update is 2.00x one device's: you divide by the per-device batch, the per-replica mean "
             "notebook 05 warns against; the jitted step sees the global batch.",
         )
         expect(
-            not abs(ratio - 1 / len(devices)) < 1e-3,
+            not abs(ratio - 1 / devices) < 1e-3,
             "Your update is 0.50x one device's: inside a jitted step on global arrays, what does len(y) "
             "count?",
         )
@@ -294,7 +424,7 @@ def check_port_loss(port_loss: Callable[[Any, Any], Any]) -> None:
             "over the global batch.",
         )
         # zero logits: each example's loss is log(CLASSES), so the mean is too (a fixed / 16 is not)
-        small = float(port_loss(y[:SMALL_BATCH], np.zeros((SMALL_BATCH, CLASSES), np.float32)))
+        small = _number(in_kernel(port_loss_small, port_loss))
         expect(
             abs(small - np.log(CLASSES)) <= 1e-5 * np.log(CLASSES),
             f"On {SMALL_BATCH} examples of loss log {CLASSES} each, yours gives {small:.4f}: your divisor is a "
@@ -335,8 +465,46 @@ def key_problems(
     return problems
 
 
-def _shard_shapes(variable: Any) -> set[tuple[int, ...]]:
-    return {tuple(shard.data.shape) for shard in variable.value.addressable_shards}
+def _shard_shapes(variable: Any) -> list[list[int]]:
+    return [list(shard.data.shape) for shard in variable.value.addressable_shards]
+
+
+#: The variables of :func:`make_block` whose shards a harness sends back, by layer and name.
+_SPLIT = {"up kernel": ("up", "kernel"), "down kernel": ("down", "kernel"), "up bias": ("up", "bias"),
+          "down bias": ("down", "bias")}  # fmt: skip
+
+
+@harness
+def tensor_parallel_run(tensor_parallel: Callable[[list], Any]) -> dict[str, Any]:
+    """The kernel's side of :func:`check_tensor_parallel`: ``tensor_parallel(two_devices())``'s mesh (axes,
+    shape), keys and each key's number of dimensions, then two steps of :func:`train_update` under
+    ``ModelParallel`` of it: the update and the shard shapes of each weight (or what training raised)."""
+    import keras
+
+    devices = two_devices()
+    layout_map = tensor_parallel(devices)
+    if not isinstance(layout_map, keras.distribution.LayoutMap):
+        return {"layout_map": False}
+    mesh = layout_map.device_mesh
+    keys = list(layout_map.keys())
+    run: dict[str, Any] = {
+        "layout_map": True,
+        "axes": [str(a) for a in mesh.axis_names],
+        "shape": [int(n) for n in mesh.shape],
+        "keys": [str(key) for key in keys],
+        "dims": [len(layout_map[key].axes) for key in keys],
+    }
+    try:  # trained whatever the check says of the keys: their hint comes first
+        distribution = keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
+        with same_footing(devices):
+            run["update"], _, model = train_update(distribution)
+        run["shards"] = {
+            name: _shard_shapes(getattr(model.get_layer(layer), weight))
+            for name, (layer, weight) in _SPLIT.items()
+        }
+    except Exception as error:  # said after the keys' hints, as the check raised it before
+        run["raised"] = describe_raised(error)
+    return run
 
 
 def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
@@ -344,16 +512,13 @@ def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
     ``block/up/kernel`` and ``block/up/bias`` split by columns, ``block/down/kernel`` by rows,
     ``block/down/bias`` whole (added once, after the all-reduce of the partial outputs)."""
     with exercise("jax_tensor_parallel"):
-        import keras
-
-        devices = two_devices()
-        layout_map = tensor_parallel(devices)
+        run = _sent(in_kernel(tensor_parallel_run, tensor_parallel), "layout_map")
         expect(
-            isinstance(layout_map, keras.distribution.LayoutMap),
+            run["layout_map"] is True,
             "Return the keras.distribution.LayoutMap (the check builds ModelParallel from it).",
         )
-        mesh = layout_map.device_mesh
-        axes = dict(zip(mesh.axis_names, mesh.shape))
+        run = _sent(run, "axes", "shape", "keys", "dims")
+        axes = dict(zip(run["axes"], run["shape"]))
         expect(
             set(axes) == {"batch", "model"},
             f'The mesh needs the axes "batch" and "model", not {list(axes)}.',
@@ -365,38 +530,38 @@ def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
         )
         variables = make_block().variables
         paths, ranks = [v.path for v in variables], {v.path: len(v.shape) for v in variables}
-        dims = {key: len(layout_map[key].axes) for key in layout_map.keys()}
-        problems = key_problems(list(layout_map.keys()), paths, dims, ranks)
+        keys = [str(key) for key in run["keys"]]
+        problems = key_problems(keys, paths, dict(zip(keys, run["dims"])), ranks)
         expect(not problems, problems[0] if problems else "")
-        distribution = keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
-        with same_footing(devices):
-            two, _, model = train_update(distribution)
-            one, _, _ = train_update(None)
-        up, down = model.get_layer("up").kernel, model.get_layer("down").kernel
+        if "raised" in run:
+            raise ExerciseError(f"your code raised {run['raised']}")
+        run = _sent(run, "update", "shards")
+        two, shards = _vector(run["update"]), _sent(run["shards"], *_SPLIT)
+        one, _ = one_device(2)
+        up, down = _shapes(shards["up kernel"]), _shapes(shards["down kernel"])
         expect(
-            _shard_shapes(up) != {(8, 16)},
+            up != {(8, 16)},
             "block/up/kernel is not split: Megatron splits its columns (dimension 1), up's 16 units.",
         )
         expect(
-            _shard_shapes(up) == {(8, 8)},
+            up == {(8, 8)},
             "You split block/up/kernel's rows (dimension 0); Megatron splits its columns, up's 16 units.",
         )
         expect(
-            _shard_shapes(down) != {(16, 4)},
+            down != {(16, 4)},
             "block/down/kernel is not split: Megatron splits its rows (dimension 0), one per hidden unit.",
         )
         expect(
-            _shard_shapes(down) == {(8, 4)},
+            down == {(8, 4)},
             "You split block/down/kernel's columns; split its rows (dimension 0): each device then "
             "multiplies the half of the hidden units it computed.",
         )
-        up_bias, down_bias = model.get_layer("up").bias, model.get_layer("down").bias
         expect(
-            _shard_shapes(up_bias) == {(8,)},
+            _shapes(shards["up bias"]) == {(8,)},
             "block/up/bias is whole on each device: split its one dimension with up's columns.",
         )
         expect(
-            _shard_shapes(down_bias) == {(4,)},
+            _shapes(shards["down bias"]) == {(4,)},
             "down's bias is added after the all-reduce: keep it whole.",
         )
         _same_update(two, one, "Split this way, the block should train as on one device")
@@ -490,32 +655,44 @@ def measured_collectives() -> dict[str, dict[str, int]]:
     }
 
 
+def jax_references() -> dict[str, Any]:
+    """What the checks compare with, measured where Keras runs on JAX: :func:`measured_collectives`
+    and :func:`one_device`'s update and loss after 1 and 2 steps, as JSON."""
+    updates = {}
+    for steps in (1, 2):
+        update, loss = one_device(steps)
+        updates[str(steps)] = {"update": update.tolist(), "loss": loss}
+    return {"collectives": measured_collectives(), "one device": updates}
+
+
 @functools.lru_cache(maxsize=1)
-def _measured_in_a_jax_process() -> dict[str, dict[str, int]]:
+def _references_in_a_jax_process() -> dict[str, Any]:
+    """:func:`jax_references` in a fresh process with Keras on JAX and 2 CPU devices, once a process:
+    a grader pays it once for a whole class."""
     from ..processes import last_result, run_python
 
     code = (
         "from course_utils import config\nfrom course_utils.lessons.keras_on_jax import setup_jax\n"
         "setup_jax(config.load(), cpus=2, show_report=False)\n"
         "from course_utils.exercises import keras_distribution_on_jax as ex\n"
-        "from course_utils.processes import print_result\nprint_result(ex.measured_collectives())\n"
+        "from course_utils.processes import print_result\nprint_result(ex.jax_references())\n"
     )
     result = run_python(code, env={"KERAS_BACKEND": "jax", "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"})
     if not result.ok:
         raise ExerciseError(
-            f"compiling the reference steps on JAX failed: {last_error_line(result.stderr) or result.returncode}"
+            f"computing the references on JAX failed: {last_error_line(result.stderr) or result.returncode}"
         )
-    data: dict[str, dict[str, int]] = last_result(result.stdout)
+    data: dict[str, Any] = last_result(result.stdout)
     return data
 
 
 def reference_collectives() -> dict[str, dict[str, int]]:
     """:func:`measured_collectives` here when Keras runs on JAX (the notebook), else in a fresh
     process with Keras on JAX and 2 CPU devices (a grader whose Keras runs on TensorFlow)."""
-    keras = sys.modules.get("keras")
-    if keras is not None and hasattr(keras, "backend") and keras.backend.backend() == "jax":
+    if _on_jax():
         return measured_collectives()
-    return _measured_in_a_jax_process()
+    collectives: dict[str, dict[str, int]] = _references_in_a_jax_process()["collectives"]
+    return collectives
 
 
 def _read(layout: str, value: Any) -> dict[str, float]:
