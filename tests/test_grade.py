@@ -1101,3 +1101,27 @@ def test_a_name_two_exercises_define_is_taken_from_each_ones_own_cell() -> None:
     assert "PREDICTION" in answers["restart_step"].source and "PREDICTION" in answers["pod_task"].source
     assert answers["restart_step"].source != answers["pod_task"].source
     assert "worker" in answers["pod_task"].source and "'worker'" not in answers["restart_step"].source
+
+
+def test_every_master_earns_full_points_from_the_real_grader(tmp_path) -> None:
+    """The honest class: a copy of every master, graded with the default settings by the real command,
+    passes every exercise (a check cell the judge serves must still run in
+    the graded notebook, whatever else the course's cell held)."""
+    import shutil
+
+    folder = tmp_path / "masters"
+    folder.mkdir()
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        shutil.copy(path, folder / path.name)
+    done = _grade_command(
+        [sys.executable, "-m", "course_tools.grade", str(folder), "--out", str(tmp_path / "out")], tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    wrong = [
+        (r.get("notebook"), e.get("id"), e.get("status"), e.get("message", "")[:300])
+        for r in report.get("results", [])
+        for e in r.get("exercises", [])
+        if e.get("status") != "passed"
+    ]
+    assert report.get("results") and not wrong, wrong

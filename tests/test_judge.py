@@ -1484,3 +1484,13 @@ def test_notebook_11s_answers_are_judged_from_a_jax_kernel(
     for (ident, _, _, hints), (status, message) in zip(_JAX_ANSWERS, wrong, strict=True):
         assert status == "failed" and message.startswith(f"Exercise {ident}"), (ident, status, message)
         assert "\n" not in message and all(hint in message for hint in hints), (hints, message)
+
+
+def test_a_served_check_cell_drops_what_reads_the_checks_result() -> None:
+    """10's capstone_port check cell prints what the check returned: with the call gone, so is that."""
+    served = judge.serve_source(
+        "capstone_port", "port_result = ex.check_capstone_port(make_train_step)\nprint(port_result)"
+    )
+    assert "port_result" not in served and served.endswith(
+        "_serve('capstone_port', make_train_step=make_train_step)"
+    )

@@ -192,15 +192,21 @@ def serve_source(exercise_id: str, check_source: str) -> str:
     judged = JUDGED[exercise_id]
     try:
         tree = ast.parse(check_source)
-        # the cell's own lines but the check's call: its imports, a name a later cell reads
-        imports = [
-            ast.unparse(node)
-            for node in tree.body
-            if not any(
+        # the cell's own lines but the check's call (and what reads its result): its imports, a name
+        # a later cell reads
+        imports, dropped = [], set()
+        for node in tree.body:
+            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            calls_check = any(
                 isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == judged.check
                 for n in ast.walk(node)
             )
-        ]
+            if calls_check or names & dropped:
+                dropped |= {
+                    n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+                }
+                continue
+            imports.append(ast.unparse(node))
     except SyntaxError:
         imports = []
     handed = ", ".join(f"{name}={name}" for name in judged.handed)
