@@ -194,7 +194,8 @@ def serve_source(exercise_id: str, check_source: str) -> str:
         tree = ast.parse(check_source)
         # the cell's own lines but the check's call (and what reads its result): its imports, a name
         # a later cell reads
-        imports, dropped = [], set()
+        imports: list[str] = []
+        dropped: set[str] = set()
         for node in tree.body:
             names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
             calls_check = any(
