@@ -93,3 +93,12 @@ def test_a_cell_that_does_not_parse_is_kept_to_fail_as_it_did_for_the_student() 
 
 def test_what_the_caller_needs_keeps_the_cells_that_define_it() -> None:
     assert kept("strategy = make()", "other = 1", "check()", needs=("strategy",)) == [0, 2]
+
+
+def test_a_cell_tagged_to_skip_is_never_kept_and_what_only_it_needs_goes_too() -> None:
+    """A cell that only shows something (a run the judge never reads) is skipped though it passes a
+    name a check reads to a function; the cells only it needed are then left out as well."""
+    cells = ["program = 'train.py'", "where = 'runs'", "run_workers(program, where)", "serve(program)"]
+    assert sorted(context_cells(cells, [3]).kept) == [0, 1, 2, 3]  # passing may change it: kept
+    assert sorted(context_cells(cells, [3], skip=[2]).kept) == [0, 3]
+    assert sorted(context_cells(cells, [2, 3], skip=[2]).kept) == [0, 1, 2, 3]  # a must stays

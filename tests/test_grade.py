@@ -1125,3 +1125,17 @@ def test_every_master_earns_full_points_from_the_real_grader(tmp_path) -> None:
         if e.get("status") != "passed"
     ]
     assert report.get("results") and not wrong, wrong
+
+
+def test_notebook_07s_cluster_runs_are_left_out_of_a_judged_grading_run() -> None:
+    """07's cells tagged grading-skip (its cluster and fit runs, which only show) are left out when the
+    judge decides, and kept when the checks run in the kernel, where resume_point reads their runs."""
+    the_course = course.load_course(ROOT)
+    nb07 = the_course.notebooks["07_multi_worker_training"]
+    answers = extract.find_answers(submission_of(nb07.master), nb07)
+    skipped = [c.source for c in nb07.master.cells if extract.SKIP_TAG in c.metadata.get("tags", [])]
+    assert len(skipped) >= 5
+    judged = [c.source for c in extract.build(nb07, answers).notebook.cells]
+    in_kernel = [c.source for c in extract.build(nb07, answers, judge_outside=False).notebook.cells]
+    assert not set(skipped) & set(judged)
+    assert any("failure = preempted = resumed" in s for s in in_kernel)

@@ -320,12 +320,16 @@ def changes(tree: ast.Module, names: set[str], reads: dict[str, set[str]]) -> st
     return None
 
 
-def context_cells(sources: Sequence[str], must: Iterable[int], needs: Iterable[str] = ()) -> Context:
+def context_cells(
+    sources: Sequence[str], must: Iterable[int], needs: Iterable[str] = (), skip: Iterable[int] = ()
+) -> Context:
     """The cells of ``sources`` (code cells, in order) that the cells in ``must`` depend on.
 
-    ``needs`` adds names something outside these cells reads (a student's answer, say).
+    ``needs`` adds names something outside these cells reads (a student's answer, say); the cells
+    in ``skip`` (the course tagged them ``grading-skip``: they only show something) are never kept
+    unless ``must`` names them.
     """
-    must = set(must)
+    must, skip = set(must), set(skip) - set(must)
     trees = [code.parse(source) for source in sources]
     read_only = set().union(*(_read_only_names(t) for t in trees if t is not None))
     modules = {
@@ -340,6 +344,8 @@ def context_cells(sources: Sequence[str], must: Iterable[int], needs: Iterable[s
     for index in range(len(sources) - 1, -1, -1):
         tree = trees[index]
         reason = None
+        if index in skip:
+            continue
         if index in must:
             reason = "kept"
         elif tree is None:

@@ -131,6 +131,10 @@ def clean(source: str) -> str:
     return code.neutralise_shell(code.strip_markers(source)).strip("\n")
 
 
+#: The tag of a master's code cell that a grading run never needs (it only shows something).
+SKIP_TAG = "grading-skip"
+
+
 def build(
     nb: CourseNotebook, answers: dict[str, Answer], *, whole: bool = False, judge_outside: bool = True
 ) -> GradedNotebook:
@@ -167,7 +171,14 @@ def build(
     if not whole:
         exercise_cells = {ex.solution_cell for ex in nb.exercises} | {ex.check_cell for ex in nb.exercises}
         must = [k for k, i in enumerate(code_cells) if i in exercise_cells or role(cells[i]) == "setup"]
-        kept = context.context_cells([cells[i].source for i in code_cells], must).kept
+        # A cell the course tagged `grading-skip` only shows something (07's cluster runs): what it
+        # makes is read by no check the judge decides. Kept where the checks run in the kernel.
+        skip = [
+            k
+            for k, i in enumerate(code_cells)
+            if judge_outside and SKIP_TAG in cells[i].metadata.get("tags", [])
+        ]
+        kept = context.context_cells([cells[i].source for i in code_cells], must, skip=skip).kept
         left_out = [k for k in range(len(code_cells)) if k not in kept]
         dropped = {code_cells[k] for k in left_out}
         cells = [cell for i, cell in enumerate(cells) if i not in dropped]
