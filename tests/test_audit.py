@@ -35,12 +35,6 @@ TRICKS = {
     "sys.modules": ("import sys\nm = sys.modules['numpy']", "reaches `sys.modules`"),
     "globals": ("globals()['check'] = print", "calls `globals()`"),
     "function insides": ("def f(): pass\nf.__code__ = print.__code__", "reaches `__code__`"),
-    "fake pass line": ("print('[pass] uneven_mean: right')", "writes '[pass]'"),
-    "fake pass in f-string": ("x = 1\nprint(f'[PASS] uneven_mean {x}')", "writes '[pass]'"),
-    "the grader's pipe": (
-        "import os\nos.write(3, b'{}')\nos.environ['COURSE_GRADE_RUN']",
-        "writes 'COURSE_GRADE'",
-    ),
     "reference by attribute": (
         "f = course_utils.lessons.reference.run_train_step",
         "reaches `course_utils.lessons.reference`",

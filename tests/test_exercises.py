@@ -1,11 +1,13 @@
 """Every exercise's check passes on the master and fails on the blank student version.
 
 The masters' stored outputs (what strict nbval reproduces) must show each check passing. Each
-notebook is then run as the grader runs a student who changed nothing: the checks' context only
-(:mod:`course_tools.grading.context`), every placeholder still in place. Each check cell must fail
+notebook is then run as a student who changed nothing, with the checks in the kernel as in a
+notebook, cut to the checks' context (:mod:`course_tools.grading.context`), every placeholder
+still in place. Each check cell must fail
 with an ExerciseError (a hint), not another exception, and what Jupyter shows under it must be
 that one-line hint, not a traceback. The master's answers and checks then run again in the same
-kernel and must pass: the context the grader keeps is enough, and a check re-run after a fix works.
+kernel and must pass: a check re-run after a fix works. (The grader runs no check in the kernel:
+tests/test_grade.py grades a copy of every master with the real command.)
 A student copy from notebooks/ can also be run whole, as a student opens it, every exercise blank
 (``--student-copy NN``; ``make test-colab-tpu`` does so for notebook 11 without TensorFlow): each
 check must show its one-line hint there too.
@@ -71,6 +73,25 @@ def test_master_checks_pass_in_stored_outputs(path: Path) -> None:
         assert f"[pass] {ex.id}" in text, f"{path.name}: check of {ex.id} has no stored [pass] line"
 
 
+def _checks_in_the_kernel(
+    nb: course.CourseNotebook, answers: dict[str, extract.Answer]
+) -> nbformat.NotebookNode:
+    """The graded notebook with the notebook's own check cells in place of the judge's (a check
+    runs in the kernel, as in a student's notebook), cut to those checks' context: what the
+    cells tagged grading-skip made is kept too, since an in-kernel check may read it."""
+    graded = extract.build(nb, answers, whole=True).notebook
+    for cell in graded.cells:
+        if role(cell) == "check":
+            ex = next(e for e in nb.exercises if e.id == exercise_id(cell))
+            cell.source = nb.master.cells[ex.check_cell].source
+    code_cells = [cell for cell in graded.cells if cell.cell_type == "code"]
+    must = [k for k, cell in enumerate(code_cells) if role(cell) in ("solution", "check", "setup")]
+    kept = context.context_cells([cell.source for cell in code_cells], must).kept
+    dropped = {id(cell) for k, cell in enumerate(code_cells) if k not in kept}
+    graded.cells = [cell for cell in graded.cells if id(cell) not in dropped]
+    return graded
+
+
 def _rerun_after_fixing(cells: list) -> list:
     """The code cells a student re-runs after fixing the answers: each answer, each check, and
     every cell after the first answer that reads a name an answer (or such a cell) defines, when a
@@ -113,7 +134,7 @@ def test_checks_fail_on_the_blank_version_then_pass_on_the_answers(path: Path, t
     nb = course.load_notebook(path)
     # The context of the master's answers (what an honest student's run keeps), answers blanked.
     answers = {ex.id: extract.Answer(ex.id, nb.master.cells[ex.solution_cell].source) for ex in nb.exercises}
-    graded = extract.build(nb, answers, judge_outside=False).notebook  # the checks in the kernel
+    graded = _checks_in_the_kernel(nb, answers)
     # Blank first; then, as a student who fixed every answer, the answers again and the cells
     # that read what they define (a %%writefile answer defines the name of its file), then the checks.
     half = len(graded.cells)

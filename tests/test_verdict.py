@@ -23,12 +23,11 @@ from course_tools.grading.records import ExerciseResult, Result, Status
 #: a course cell 5.
 EX = extract.ExerciseCells("ex", solution=2, check=4)
 OPTIONS = runner.RunOptions(cell_timeout=7.5, notebook_timeout=1200, sandbox=True)
+#: What a kernel may print, a check's pass line included: never a verdict (only the judge decides).
 PASS = "warming up\n[pass] ex: 4 examples per replica.\n"
 
 
-def graded(
-    answered: bool = True, findings: tuple[Finding, ...] = (), judged: bool = False
-) -> extract.GradedNotebook:
+def graded(answered: bool = True, findings: tuple[Finding, ...] = ()) -> extract.GradedNotebook:
     return extract.GradedNotebook(
         notebook=None,
         exercises=[EX],
@@ -36,7 +35,7 @@ def graded(
         student_cells=frozenset({EX.solution}),
         names={"ex": ("f", "g")},
         findings={"ex": list(findings)} if findings else {},
-        judged={"ex": {}} if judged else {},
+        judged={"ex": {}},
     )
 
 
@@ -69,7 +68,6 @@ def decide(nb: extract.GradedNotebook, the_run: runner.RunResult) -> tuple[str, 
         check=the_run.cells.get(EX.check),
         run=facts,
         cell_timeout=OPTIONS.cell_timeout,
-        judged="ex" in nb.judged,
         judge=the_run.judged.get("ex"),
         judge_failed=the_run.judge_failed,
     )
@@ -112,9 +110,10 @@ EXERCISE_CASES = [
         id="run-did-not-start",
     ),
     pytest.param(
-        "the run did not end normally",
+        "no verdict",
         graded(),
-        # Every cell "passed" by the records, but the process that ran them was killed: none counts.
+        # Every cell ran by the records, but the process that ran them was killed before the judge
+        # gave a verdict: nothing it reported counts.
         run(ran(cell("ok"), cell("ok", PASS)), returncode=-9),
         Status.ERROR,
         "Not graded: the grading run did not end normally (exit code -9), so nothing it reported counts "
@@ -224,8 +223,8 @@ EXERCISE_CASES = [
         id="answer-raised",
     ),
     pytest.param(
-        "judged: passed",
-        graded(judged=True),
+        "passed",
+        graded(),
         # The judge decides; the kernel's own output (no pass line here) does not count.
         run(
             ran(cell("ok"), cell("ok", "[wrong] whatever the kernel printed\n")),
@@ -236,8 +235,8 @@ EXERCISE_CASES = [
         id="judged-passed",
     ),
     pytest.param(
-        "judged: wrong",
-        graded(judged=True),
+        "wrong",
+        graded(),
         # A pass line the kernel printed is not a verdict.
         run(ran(cell("ok"), cell("ok", PASS)), judged={"ex": ("failed", "Exercise ex: should be 4.")}),
         Status.FAILED,
@@ -245,8 +244,8 @@ EXERCISE_CASES = [
         id="judged-wrong",
     ),
     pytest.param(
-        "judged: the kernel broke off",
-        graded(judged=True),
+        "the kernel broke off",
+        graded(),
         run(
             ran(cell("ok"), cell("ok", PASS)),
             judged={"ex": ("error", "the kernel stopped answering while f ran")},
@@ -256,24 +255,24 @@ EXERCISE_CASES = [
         id="judged-broke-off",
     ),
     pytest.param(
-        "judged: no verdict",
-        graded(judged=True),
+        "no verdict",
+        graded(),
         run(ran(cell("ok"), cell("ok", PASS))),
         Status.ERROR,
         "Exercise ex: your notebook never answered the grader's calls for this exercise.",
         id="judged-never-served",
     ),
     pytest.param(
-        "judged: no verdict",
-        graded(judged=True),
+        "no verdict",
+        graded(),
         run(ran(cell("ok"), cell("error", ename="NameError", evalue="name 'f' is not defined"))),
         Status.ERROR,
         "Exercise ex: the grader could not call your code: NameError: name 'f' is not defined.",
         id="judged-serve-raised",
     ),
     pytest.param(
-        "judged: no verdict",
-        graded(judged=True),
+        "no verdict",
+        graded(),
         # An exercise the judge gave no verdict before it failed.
         run(ran(cell("ok"), cell("ok")), judge_failed="the judge did not finish"),
         Status.ERROR,
@@ -281,62 +280,13 @@ EXERCISE_CASES = [
         id="judged-judge-failed",
     ),
     pytest.param(
-        "judged: passed",
-        graded(judged=True),
+        "passed",
+        graded(),
         # A verdict the judge signed stands even when the run was then interrupted.
         run(ran(cell("ok"), cell("ok")), judged={"ex": ("passed", "4 each.")}, returncode=2),
         Status.PASSED,
         "4 each.",
         id="judged-stands-after-an-abnormal-end",
-    ),
-    pytest.param(
-        "the check said no",
-        graded(),
-        run(ran(cell("ok"), cell("error", ename="ExerciseError", evalue="  Exercise ex: should be 4.\n"))),
-        Status.FAILED,
-        "Exercise ex: should be 4.",
-        id="check-said-no",
-    ),
-    pytest.param(
-        "the check raised",
-        graded(),
-        run(ran(cell("ok"), cell("error", ename="TypeError", evalue="unsupported operand"))),
-        Status.ERROR,
-        "Exercise ex: the check could not run: TypeError: unsupported operand.",
-        id="check-raised",
-    ),
-    pytest.param(
-        "the check raised",
-        graded(),
-        run(ran(cell("ok"), cell("error"))),
-        Status.ERROR,
-        "Exercise ex: the check could not run: an exception.",
-        id="check-raised-nothing-named",
-    ),
-    pytest.param(
-        "the check was skipped",
-        graded(),
-        run(ran(cell("ok"), cell("skipped"))),
-        Status.ERROR,
-        "Exercise ex: the check was skipped.",
-        id="check-skipped",
-    ),
-    pytest.param(
-        "no [pass] line",
-        graded(),
-        run(ran(cell("ok"), cell("ok", "[pass] other: not this exercise.\n"))),
-        Status.ERROR,
-        "Exercise ex: the check ended without printing its [pass] line (did your code redirect or "
-        "silence the output?).",
-        id="no-pass-line",
-    ),
-    pytest.param(
-        "passed",
-        graded(),
-        run(ran(cell("ok"), cell("ok", PASS))),
-        Status.PASSED,
-        "4 examples per replica.",
-        id="passed",
     ),
 ]
 
@@ -349,41 +299,47 @@ def test_exercise_row(row, nb, the_run, status, hint) -> None:
 
 
 def test_every_exercise_row_has_a_case() -> None:
-    """And where two neighbours could both hold, a case says which comes first (only "the check
-    raised" and "the check was skipped" exclude each other, so their order does not matter)."""
+    """And where two neighbours could both hold, a case says which comes first."""
     names = [row.name for row in verdict.EXERCISE_ROWS]
     assert len(set(names)) == len(names)
     assert {case.values[0] for case in EXERCISE_CASES} == set(names)
-    assert verdict.EXERCISE_ROWS[-1].name == "passed"  # the last row takes whatever is left
+    assert verdict.EXERCISE_ROWS[-1].name == "no verdict"  # the last row takes whatever is left
 
 
 # --------------------------------------------------------------------------- the audit
 
 
-def test_a_flagged_answer_quotes_the_checks_own_verdict() -> None:
-    found = (Finding("ex", 3, "assigns to `_ex.check_ex`"), Finding("ex", 5, "writes '[pass]'"))
-    _, result = decide(graded(findings=found), run(ran(cell("ok"), cell("ok", PASS))))
+def test_a_flagged_answer_quotes_the_judges_own_verdict() -> None:
+    found = (
+        Finding("ex", 3, "assigns to `np.mean`, an attribute of a module"),
+        Finding("ex", 5, "calls `exec()`"),
+    )
+    the_run = run(
+        ran(cell("ok"), cell("ok")), judged={"ex": ("passed", "4 each.")}, observed=frozenset({"ex"})
+    )
+    _, result = decide(graded(findings=found), the_run)
     assert result == ExerciseResult(
         "ex",
         Status.FLAGGED,
         "Flagged for review (no points until a person has looked): the answer to ex line 3: assigns "
-        "to `_ex.check_ex`; line 5: writes '[pass]'. The check said: passed: 4 examples per replica.",
+        "to `np.mean`, an attribute of a module; line 5: calls `exec()`. The check said: passed: 4 each.",
     )
 
 
 def test_a_flagged_answer_names_six_findings_at_most() -> None:
-    found = tuple(Finding("ex", n, "imports `course_utils.exercises`") for n in range(1, 9))
+    where = "imports `course_utils.exercises`, where the course's checks and answers live"
+    found = tuple(Finding("ex", n, where) for n in range(1, 9))
     _, result = decide(
-        graded(findings=found), run(ran(cell("ok"), cell("error", ename="ExerciseError", evalue="no")))
+        graded(findings=found), run(ran(cell("ok"), cell("ok")), judged={"ex": ("passed", "4 each.")})
     )
     assert result.status is Status.FLAGGED
     assert "line 6: imports" in result.message and "line 7" not in result.message
-    assert result.message.endswith("; and 2 more. The check said: failed: no")
+    assert result.message.endswith("; and 2 more. The check said: passed: 4 each.")
 
 
 def test_a_judged_answer_is_never_flagged_the_audit_is_a_note() -> None:
     found = (Finding("ex", 3, "imports `course_utils.exercises`"),)
-    nb = graded(findings=found, judged=True)
+    nb = graded(findings=found)
     the_run = run(ran(cell("ok"), cell("ok")), judged={"ex": ("passed", "4 each.")})
     decided = verdict.of_run(nb, the_run, OPTIONS)
     assert decided.exercises == (ExerciseResult("ex", Status.PASSED, "4 each."),)
@@ -403,7 +359,7 @@ def test_a_judged_pass_that_calls_the_courses_own_code_is_flagged() -> None:
     """The judge cannot tell an answer that calls the course's reference from one that solves the
     exercise: such a pass is flagged for a person; a trick on the check stays a note."""
     where = "imports `course_utils.exercises.data_parallelism`, where the course's checks and answers live"
-    nb = graded(findings=(Finding("ex", 1, where),), judged=True)
+    nb = graded(findings=(Finding("ex", 1, where),))
     passed = run(ran(cell("ok"), cell("ok")), judged={"ex": ("passed", "4 each.")})
     (result,) = verdict.of_run(nb, passed, OPTIONS).exercises
     assert result.status is Status.FLAGGED and "The check said: passed: 4 each." in result.message
@@ -416,7 +372,7 @@ def test_a_pass_that_rests_on_the_kernels_report_is_flagged_by_any_trick() -> No
     """Where a harness ran the answer in the kernel, a patch there (numpy, TensorFlow) could fake
     what it reported: a judged pass with any finding is flagged; a failure stays a failure."""
     patch = (Finding("ex", 2, "assigns to `np.mean`, an attribute of a module"),)
-    nb = graded(findings=patch, judged=True)
+    nb = graded(findings=patch)
     passed = run(
         ran(cell("ok"), cell("ok")), judged={"ex": ("passed", "4 each.")}, observed=frozenset({"ex"})
     )
@@ -624,6 +580,6 @@ def test_a_cell_record_crosses_the_pipe_unchanged() -> None:
     (back,) = runner.read(
         [b"not json\n", protocol.encode({"event": protocol.START}), record.encode()]
     ).cells.values()
-    assert back == record and back.stdout() == "hi\n"
+    assert back == record
     assert CellRecord.from_wire({"event": "cell", "cell": 1, "result": "exploded"}) is None
     assert CellRecord.from_wire({"event": "cell", "result": "ok"}) is None

@@ -1,29 +1,24 @@
-"""Graders (inside the engine): the audit, what in an answer reaches for the checks instead of solving it.
+"""Graders (inside the engine): the audit, what in an answer reaches for the course's code or plays tricks.
 
-A check that runs in the same Python kernel as the student's code can be
-fooled (every exercise of the course is now judged outside it, :mod:`.judge`, where the findings
-are notes but for a pass that borrows the course's code or rests on a harness's report): code in an answer cell can replace the check, the functions it relies on (``numpy.allclose``, ``tf.debugging``, the course's
-``expect``), the output it is judged by, or call the course's own reference implementation.
-Whatever runs in that kernel can be forged by code in that kernel; the source the student handed in
-cannot. So the grader reads every answer's syntax tree, in its own process and before anything
-runs, and lists each place that
+The judge (:mod:`.judge`) decides every exercise outside the student's kernel, on plain data, so
+no trick in the kernel can change a check. Two things it cannot tell from an honest answer: an
+answer that calls the course's own reference (it "solves" the exercise), and, where the verdict
+rests on what a harness reported from the kernel, a patch there (``numpy.mean``, TensorFlow)
+that fakes the report. So the grader reads every answer's syntax tree, in its own process and
+before anything runs, and lists each place that
 
 * imports or reaches the course's checks, references or grader (``course_utils.exercises``,
   ``.checks``, ``.reference``, ``.capstone``, ``.grading``, ``.grade``, ``tutorial_train_step``);
-* assigns to, or deletes, an attribute of a module (``np.allclose = ...``,
-  ``_ex.check_uneven_mean = ...``, ``sys.stdout = ...``);
+* assigns to, or deletes, an attribute of a module (``np.allclose = ...``, ``sys.stdout = ...``);
 * uses Python's back doors: ``setattr``/``delattr``, ``exec``/``eval``/``compile``/
   ``__import__``/``importlib``, ``globals()``/``vars()``, ``sys.modules``, ``get_ipython``, dunder
   attributes such as ``__dict__``, ``__globals__`` or ``__code__``, and the modules ``ctypes``,
-  ``gc``, ``builtins`` and ``unittest.mock``;
-* writes a check's pass line (``[pass]``) or names the grader's channel (``COURSE_GRADE``,
-  ``grade-fd``, ``/proc/``).
+  ``gc``, ``builtins`` and ``unittest.mock``.
 
-For an exercise still checked in the kernel, a finding makes it ``flagged``, with the check's own
-result beside it: no points until a person has looked, listed under "Flagged for review". For an
-exercise the judge decides outside the kernel (:mod:`.judge`), a trick cannot change the verdict, so
-a finding is a note; only a pass whose answer reaches for the course's own code (:func:`borrows`) is
-flagged. No honest answer in the course's masters has a finding (a test keeps it so).
+A finding is a note for the grader's eyes (:mod:`.verdict`), except on a pass that borrows the
+course's code (:func:`borrows`) or rests on a harness's report: such a pass is ``flagged``, no
+points until a person has looked. No honest answer in the course's masters has a finding (a test
+keeps it so).
 """
 
 from __future__ import annotations
@@ -69,8 +64,6 @@ DUNDERS = frozenset(
 )
 #: IPython magics an answer may use (``%time``, a ``%%writefile`` program, whose text is audited too).
 SAFE_MAGICS = frozenset({"time", "timeit", "writefile", "matplotlib", "prun"})
-#: Text in a string that only the checks or the grader have reason to write.
-GRADER_TEXT = ("[pass]", "COURSE_GRADE", "grade-fd", "/proc/")
 #: Names the course's notebooks bind to modules (used when no import in the notebook says so).
 KNOWN_MODULES = frozenset({"tf", "np", "keras", "numpy", "tensorflow", "course_utils", "os", "sys", "plt"})
 
@@ -208,10 +201,6 @@ def _findings(tree: ast.AST, modules: frozenset[str]) -> Iterator[tuple[int, str
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id in BACK_DOOR_CALLS:  # the built-in, not a method (``model.compile()``)
                 yield line, f"calls `{node.func.id}()`"
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            for text in GRADER_TEXT:
-                if text.lower() in node.value.lower():
-                    yield line, f"writes {text!r}, which only the checks or the grader write"
 
 
 def borrows(finding: Finding) -> bool:

@@ -58,13 +58,13 @@ class GradedNotebook:
     student_cells: frozenset[int]
     #: The names each exercise's answer must define.
     names: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: What the audit found in each answer (:mod:`.audit`): a person should look before it counts.
+    #: What the audit found in each answer (:mod:`.audit`): notes, and a flag on some passes.
     findings: dict[str, list[audit.Finding]] = field(default_factory=dict)
     #: The master's code cells (0-based among code cells) before the last check that were left out:
     #: nothing a check or an answer reads comes from them.
     left_out: tuple[int, ...] = ()
-    #: The exercises the judge decides outside the kernel (:mod:`.judge`), each with the answer's
-    #: source under every name the judge reads as a literal.
+    #: Every exercise, which the judge decides outside the kernel (:mod:`.judge`), with the
+    #: answer's source under every name the judge reads as a literal.
     judged: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -135,13 +135,11 @@ def clean(source: str) -> str:
 SKIP_TAG = "grading-skip"
 
 
-def build(
-    nb: CourseNotebook, answers: dict[str, Answer], *, whole: bool = False, judge_outside: bool = True
-) -> GradedNotebook:
+def build(nb: CourseNotebook, answers: dict[str, Answer], *, whole: bool = False) -> GradedNotebook:
     """The canonical master with the student's code in each solution cell, without outputs,
-    cut after the last check and (unless ``whole``) to the checks' context. The check cell of an
-    exercise the judge decides hands it the student's functions instead (unless not
-    ``judge_outside``: the tests run every check in the kernel, as a notebook does)."""
+    cut after the last check and (unless ``whole``) to the checks' context. Each check cell hands
+    the judge the student's functions instead of running the check (:func:`.judge.serve_source`);
+    an exercise the judge has no entry for is the course's bug (:class:`ValueError`)."""
     graded = copy.deepcopy(nb.master)
     for cell in graded.cells:
         cell.pop("attachments", None)
@@ -156,12 +154,13 @@ def build(
         solution.metadata = {"course": {"role": "solution", "exercise": ex.id}}
     judged: dict[str, dict[str, str]] = {}
     for ex in nb.exercises:
-        if judge_outside and ex.id in judge.JUDGED:
-            check = graded.cells[ex.check_cell]
-            check.source = judge.serve_source(ex.id, check.source)
-            answer = answers.get(ex.id)
-            source = answer.source if answer and answer.source is not None else ""
-            judged[ex.id] = {name: source for name in judge.JUDGED[ex.id].literals}
+        if ex.id not in judge.JUDGED:
+            raise ValueError(f"exercise {ex.id} of {nb.name} has no entry in the judge's JUDGED")
+        check = graded.cells[ex.check_cell]
+        check.source = judge.serve_source(ex.id, check.source)
+        answer = answers.get(ex.id)
+        source = answer.source if answer and answer.source is not None else ""
+        judged[ex.id] = {name: source for name in judge.JUDGED[ex.id].literals}
     # Nothing after the last check can be the context of a check: the grading run stops there
     # (summaries, the runtime doctor, demonstrations that only show things).
     last_check = max((ex.check_cell for ex in nb.exercises), default=len(graded.cells) - 1)
@@ -171,13 +170,9 @@ def build(
     if not whole:
         exercise_cells = {ex.solution_cell for ex in nb.exercises} | {ex.check_cell for ex in nb.exercises}
         must = [k for k, i in enumerate(code_cells) if i in exercise_cells or role(cells[i]) == "setup"]
-        # A cell the course tagged `grading-skip` only shows something (07's cluster runs): what it
-        # makes is read by no check the judge decides. Kept where the checks run in the kernel.
-        skip = [
-            k
-            for k, i in enumerate(code_cells)
-            if judge_outside and SKIP_TAG in cells[i].metadata.get("tags", [])
-        ]
+        # A cell the course tagged `grading-skip` only shows something (07's cluster runs, 03's
+        # training runs): what it makes is read by no answer and no check's harness.
+        skip = [k for k, i in enumerate(code_cells) if SKIP_TAG in cells[i].metadata.get("tags", [])]
         kept = context.context_cells([cells[i].source for i in code_cells], must, skip=skip).kept
         left_out = [k for k in range(len(code_cells)) if k not in kept]
         dropped = {code_cells[k] for k in left_out}

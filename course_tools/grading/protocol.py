@@ -38,10 +38,6 @@ class CellResult(str, enum.Enum):
         return format(self.value, spec)
 
 
-#: The line a check prints when an exercise is right: ``[pass] ID: what was verified``.
-PASS_PREFIX = "[pass] "
-
-
 @dataclass(frozen=True)
 class CellRecord:
     """One code cell of a run, as the plugin saw it end."""
@@ -61,10 +57,6 @@ class CellRecord:
     #: For a timeout: the limit, and whether the kernel had to be stopped (not only interrupted).
     timeout: Optional[float] = None
     kernel_stopped: bool = False
-
-    def stdout(self) -> str:
-        """Everything the cell printed (its stream outputs, joined)."""
-        return "".join(o.get("text", "") for o in self.outputs if o.get("output_type") == "stream")
 
     def exception(self) -> str:
         """The exception, as a hint names it: ``NameError: name 'x' is not defined``."""

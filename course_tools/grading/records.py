@@ -19,7 +19,7 @@ class Status(str, enum.Enum):
     """A status in the report (docs/grading.md says what each means)."""
 
     # An exercise's.
-    PASSED = "passed"  # the check printed its [pass] line: the exercise earns its points
+    PASSED = "passed"  # the judge's check passed: the exercise earns its points
     FAILED = "failed"  # the check raised ExerciseError: the answer is wrong (its message is the hint)
     ERROR = "error"  # the answer's cell raised, the check could not run, the kernel died
     TIMEOUT = "timeout"  # did not finish in time, or not reached before the notebook's time ran out

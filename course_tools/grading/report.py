@@ -357,11 +357,11 @@ def header(results: list[Result], run: dict[str, Any]) -> list[str]:
         "",
         "Runs: " + " ".join(f"{k}={v}" for k, v in run.get("env", {}).items()) + f"; {run.get('limits', '')}",
         "",
-        "Exercise status: **passed** the check printed its [pass] line (the exercise earns its "
-        "points); **failed** the check raised ExerciseError: the answer is wrong, or the student's code "
-        "raised while the check called it (the hint says why); **error** the student's exercise cell "
-        "raised, or the check itself could not run; **timeout** did not finish in time; **missing** no "
-        "code found.",
+        "Exercise status: **passed** the judge's check passed (the exercise earns its points); "
+        "**failed** the check raised ExerciseError: the answer is wrong, or the student's code raised "
+        "while the check called it (the hint says why); **error** the student's exercise cell raised, "
+        "or the grader could not call the student's code; **timeout** did not finish in time; "
+        "**missing** no code found.",
     ]
     for note in run.get("notes", []):
         lines += ["", note]

@@ -2,13 +2,14 @@
 
 The runner (:mod:`.runner`) only runs; this module decides; the report (:mod:`.report`) writes.
 
-Each exercise is a :class:`Case` (its answer and the records of its exercise and check cells);
-its status and hint are those of the first row of :data:`EXERCISE_ROWS` whose condition holds.
-Then the audit has its say: an answer the audit found a trick in (:mod:`.audit`) is ``flagged``,
-the check's own verdict quoted, unless it is ``missing``. The notebook's status and first note
-come the same way from :data:`NOTEBOOK_ROWS`, over the run as a whole (:class:`RunFacts`). A hint
-is a template that :meth:`str.format` fills from the case (``{c.id}``); docs/grading.md says what
-each status means.
+Each exercise is a :class:`Case` (its answer, the records of its exercise and check cells, and the
+judge's verdict, :mod:`.judge`: the kernel's output never decides); its status and hint are those
+of the first row of :data:`EXERCISE_ROWS` whose condition holds. Then the audit (:mod:`.audit`)
+has its say, as a note, except on a pass that borrows the course's own code or rests on what the
+kernel reported: such a pass with a finding is ``flagged``, the judge's verdict quoted. The
+notebook's status and first note come the same way from :data:`NOTEBOOK_ROWS`, over the run as a
+whole (:class:`RunFacts`). A hint is a template that :meth:`str.format` fills from the case
+(``{c.id}``); docs/grading.md says what each status means.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence
 
-from . import audit, protocol, report
+from . import audit, report
 from .extract import GradedNotebook
 from .protocol import CellRecord, CellResult
 from .records import ExerciseResult, Status, Verdict
@@ -67,8 +68,7 @@ class Case:
     check: Optional[CellRecord]
     run: RunFacts
     cell_timeout: float
-    #: Judged outside the kernel (:mod:`.judge`): its verdict ``(status, message)`` when there is one.
-    judged: bool = False
+    #: The judge's verdict ``(status, message)`` (:mod:`.judge`), when it gave one.
     judge: Optional[tuple[str, str]] = None
     #: Why the judge's verdicts cannot be used ("" when they can).
     judge_failed: str = ""
@@ -80,13 +80,15 @@ class Case:
 
     def judge_status(self, status: str) -> bool:
         """A verdict the judge signed stands, whatever happened to the run after it."""
-        return self.judged and self.judge is not None and self.judge[0] == status
+        return self.judge is not None and self.judge[0] == status
 
     @property
     def no_verdict(self) -> str:
-        """Why a judged exercise has no verdict, in the words of its cell."""
+        """Why an exercise has no verdict, in the words of its cell."""
         if self.judge_failed:
             return f"Not graded: {self.judge_failed}."
+        if self.run.abnormal_end:
+            return f"Not graded: {self.run.abnormal_end}."
         if _ran(self.check, CellResult.ERROR):
             return f"Exercise {self.id}: the grader could not call your code: {self.check_error}."
         return f"Exercise {self.id}: your notebook never answered the grader's calls for this exercise."
@@ -129,22 +131,6 @@ class Case:
         assert self.check is not None
         return self.check.exception()
 
-    @property
-    def check_says(self) -> str:
-        """The check's ExerciseError message: the hint, in the check's own words."""
-        assert self.check is not None
-        return self.check.evalue.strip()
-
-    @property
-    def pass_line(self) -> Optional[str]:
-        """What the check's ``[pass] ID:`` line says (None when it printed none)."""
-        prefix = f"{protocol.PASS_PREFIX}{self.id}"
-        assert self.check is not None
-        for line in self.check.stdout().splitlines():
-            if line.startswith(prefix):
-                return line[len(prefix) :].lstrip(": ").strip()
-        return None
-
 
 def _ran(record: Optional[CellRecord], result: CellResult) -> bool:
     return record is not None and record.result is result
@@ -174,24 +160,11 @@ EXERCISE_ROWS: tuple[Row, ...] = (
     Row("the answer raised", lambda c: _ran(c.solution, CellResult.ERROR), Status.ERROR,
         "Exercise {c.id}: your exercise cell raised {c.answer_error}. Fix the cell so that "
         "it runs without an error, then run its check again."),
-    Row("judged: passed", lambda c: c.judge_status("passed"), Status.PASSED, "{c.judge_says}"),
-    Row("judged: wrong", lambda c: c.judge_status("failed"), Status.FAILED, "{c.judge_says}"),
-    Row("judged: the kernel broke off", lambda c: c.judge_status("error"), Status.ERROR,
+    Row("passed", lambda c: c.judge_status("passed"), Status.PASSED, "{c.judge_says}"),
+    Row("wrong", lambda c: c.judge_status("failed"), Status.FAILED, "{c.judge_says}"),
+    Row("the kernel broke off", lambda c: c.judge_status("error"), Status.ERROR,
         "Exercise {c.id}: {c.judge_says}."),
-    Row("judged: no verdict", lambda c: c.judged, Status.ERROR, "{c.no_verdict}"),
-    Row("the run did not end normally", lambda c: bool(c.run.abnormal_end), Status.ERROR,
-        "Not graded: {c.run.abnormal_end}."),
-    Row("the check said no",
-        lambda c: _ran(c.check, CellResult.ERROR) and c.check.ename == "ExerciseError", Status.FAILED,
-        "{c.check_says}"),
-    Row("the check raised", lambda c: _ran(c.check, CellResult.ERROR), Status.ERROR,
-        "Exercise {c.id}: the check could not run: {c.check_error}."),
-    Row("the check was skipped", lambda c: _ran(c.check, CellResult.SKIPPED), Status.ERROR,
-        "Exercise {c.id}: the check was skipped."),
-    Row("no [pass] line", lambda c: c.pass_line is None, Status.ERROR,
-        "Exercise {c.id}: the check ended without printing its [pass] line (did your code redirect or "
-        "silence the output?)."),
-    Row("passed", lambda c: True, Status.PASSED, "{c.pass_line}"),
+    Row("no verdict", lambda c: True, Status.ERROR, "{c.no_verdict}"),
 )
 
 #: The notebook's status and first note (none for "graded"), over the run as a whole.
@@ -248,30 +221,26 @@ def of_run(graded: GradedNotebook, run: RunResult, options: RunOptions) -> Verdi
             check=run.cells.get(ex.check),
             run=facts,
             cell_timeout=options.cell_timeout,
-            judged=ex.id in graded.judged,
             judge=run.judged.get(ex.id),
             judge_failed=run.judge_failed,
         )
         row, hint = first_row(EXERCISE_ROWS, case)
         result = ExerciseResult(ex.id, row.status, hint)
         findings = graded.findings.get(ex.id, [])
-        if case.judged:
-            # Judged outside the kernel, no trick on the check can change the verdict: what the
-            # audit saw is a note. One thing the judge cannot tell from solving the exercise is an
-            # answer that calls the course's own code: a pass that does is flagged for a person. And
-            # where the verdict rests on what the kernel reported (a harness ran the answer there), a
-            # patch in the kernel could fake that report: a pass with any finding is flagged too.
-            observed = ex.id in run.observed
-            borrowed = [f for f in findings if observed or audit.borrows(f)]
-            if borrowed and result.status is Status.PASSED:
-                exercises.append(audited(result, borrowed))
-            else:
-                audit_notes += [
-                    f"audit note on {ex.id} (its verdict stands): the answer {f}" for f in findings[:3]
-                ]
-                exercises.append(result)
+        # Judged outside the kernel, no trick on a check can change the verdict: what the audit saw
+        # is a note. One thing the judge cannot tell from solving the exercise is an answer that
+        # calls the course's own code: a pass that does is flagged for a person. And where the
+        # verdict rests on what the kernel reported (a harness ran the answer there), a patch in
+        # the kernel could fake that report: a pass with any finding is flagged too.
+        observed = ex.id in run.observed
+        borrowed = [f for f in findings if observed or audit.borrows(f)]
+        if borrowed and result.status is Status.PASSED:
+            exercises.append(audited(result, borrowed))
         else:
-            exercises.append(audited(result, findings))
+            audit_notes += [
+                f"audit note on {ex.id} (its verdict stands): the answer {f}" for f in findings[:3]
+            ]
+            exercises.append(result)
     row, note = first_row(NOTEBOOK_ROWS, facts)
     notes = ((note,) if note else ()) + facts.course_notes + tuple(audit_notes)
     if not options.sandbox:
