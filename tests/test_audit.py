@@ -58,6 +58,13 @@ TRICKS = {
         "from course_utils.exercises import loss_scaling_pitfalls as m\nm.moments_on_replicas = f",
         "assigns to `m.moments_on_replicas`",
     ),
+    # the registry reached without naming the module: a name put together at run time
+    "harness by a computed name": (
+        "import course_utils as c\nm = getattr(c, 'exer' + 'cises')\nm.HARNESSES['a.b'] = f",
+        "calls `getattr()` with a name it computes",
+    ),
+    "harness registry by name": ("reg = m.HARNESSES", "uses `HARNESSES`, the course's own implementation"),
+    "attrgetter": ("from operator import attrgetter\nf = attrgetter(name)(obj)", "calls `attrgetter()`"),
     "IPython hooks": ("get_ipython().events.register('post_run_cell', print)", "calls `get_ipython()`"),
 }
 
@@ -103,6 +110,7 @@ def loss(labels, logits, global_batch):
 
 
 print(f"passed {np.allclose(1, 1)}")
+rate = getattr(optimizer, "learning_rate", 0.01)
 """
     assert audit.audit("ex", honest) == []
 

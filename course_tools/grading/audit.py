@@ -10,8 +10,9 @@ before anything runs, and lists each place that
 * imports or reaches the course's checks, references or grader (``course_utils.exercises``,
   ``.checks``, ``.reference``, ``.capstone``, ``.grading``, ``.grade``, ``tutorial_train_step``);
 * assigns to, or deletes, an attribute of a module (``np.allclose = ...``, ``sys.stdout = ...``);
-* uses Python's back doors: ``setattr``/``delattr``, ``exec``/``eval``/``compile``/
-  ``__import__``/``importlib``, ``globals()``/``vars()``, ``sys.modules``, ``get_ipython``, dunder
+* uses Python's back doors: ``setattr``/``delattr``, ``getattr`` with a computed name,
+  ``exec``/``eval``/``compile``/``__import__``/``importlib``, ``globals()``/``vars()``,
+  ``sys.modules``, ``get_ipython``, the harnesses' registry (``HARNESSES``), dunder
   attributes such as ``__dict__``, ``__globals__`` or ``__code__``, and the modules ``ctypes``,
   ``gc``, ``builtins`` and ``unittest.mock``.
 
@@ -31,8 +32,12 @@ from . import code
 
 #: Modules of ``course_utils`` that hold checks, reference implementations or the grader.
 PROTECTED_MODULES = frozenset({"exercises", "checks", "reference", "capstone", "grading", "grade"})
-#: Other names that are the course's own answers.
-PROTECTED_NAMES = frozenset({"tutorial_train_step", "padded_reference", "reference_step"})
+#: Other names that are the course's own answers, or the harnesses that run an answer for the judge.
+PROTECTED_NAMES = frozenset(
+    {"tutorial_train_step", "padded_reference", "reference_step", "HARNESSES", "in_kernel"}
+)
+#: Built-ins that reach an attribute by a name given as a string.
+NAMED_ACCESS = frozenset({"getattr", "hasattr", "attrgetter"})
 #: Calls that change objects or run code out of sight of the syntax tree.
 BACK_DOOR_CALLS = frozenset(
     {"setattr", "delattr", "exec", "eval", "compile", "__import__", "globals", "vars", "get_ipython"}
@@ -201,6 +206,15 @@ def _findings(tree: ast.AST, modules: frozenset[str]) -> Iterator[tuple[int, str
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id in BACK_DOOR_CALLS:  # the built-in, not a method (``model.compile()``)
                 yield line, f"calls `{node.func.id}()`"
+            elif node.func.id in NAMED_ACCESS and not _literal_names(node):
+                yield line, f"calls `{node.func.id}()` with a name it computes"
+
+
+def _literal_names(call: ast.Call) -> bool:
+    """Whether the attribute names ``getattr(obj, "name")`` (or ``attrgetter("a", "b")``) reaches
+    are written out in the source, where the audit reads them."""
+    names = call.args[1:2] if call.func.id != "attrgetter" else call.args  # type: ignore[attr-defined]
+    return bool(names) and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in names)
 
 
 def borrows(finding: Finding) -> bool:
