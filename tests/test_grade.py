@@ -1141,3 +1141,61 @@ def test_cells_tagged_grading_skip_are_left_out_of_a_grading_run(name: str, at_l
         tree = code.parse(source)
         reads = context.needed_names(tree, source) if tree is not None else set()
         assert not reads & only_skipped, (name, sorted(reads & only_skipped), source[:80])
+
+
+#: 01's replica_step answered wrong (the per-replica mean), with the harness that runs it for the
+#: judge replaced in the kernel by one that runs a right step instead (the registry reached by a
+#: name the answer puts together at run time).
+HARNESS_FORGER = """\
+import course_utils.exercises.data_parallelism
+
+
+def make_replica_step(kernel, bias, global_batch):
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, x @ kernel + bias))
+        return tape.gradient(loss, [kernel, bias])
+
+    return replica_step
+
+
+def _right(kernel, bias, global_batch):
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(y, x @ kernel + bias)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        return tape.gradient(loss, [kernel, bias])
+
+    return replica_step
+
+
+_registry = getattr(course_utils, "exer" + "cises").HARNESSES
+_real = _registry["data_parallelism.replica_step_run"]
+_registry["data_parallelism.replica_step_run"] = lambda f, *a, **k: _real(_right, *a, **k)
+"""
+
+
+def test_a_harness_replaced_in_the_kernel_earns_nothing_in_a_real_run(tmp_path) -> None:
+    """In a real grading run (default settings, sandbox where the machine has one), a kernel whose
+    harness reports a right step for a wrong answer gets a pass from the judge, which it cannot
+    tell from an honest report; the pass rests on the kernel's report and the audit found the
+    trick, so it is flagged and earns 0. The same wrong answer without the trick fails."""
+    master = ROOT / "solutions" / "01_data_parallelism.ipynb"
+    folder = tmp_path / "class"
+    folder.mkdir()
+    for student, forge in (("forger", True), ("wrong", False)):
+        nb = nbformat.read(master, as_version=4)
+        cell = next(c for c in nb.cells if role(c) == "solution" and exercise_id(c) == "replica_step")
+        wrong = HARNESS_FORGER.split("\n\n\ndef _right")[0].split("\n", 1)[1]
+        cell.source = HARNESS_FORGER if forge else wrong
+        nbformat.write(nb, folder / f"{student}.ipynb")
+    done = _grade_command(
+        [sys.executable, "-m", "course_tools.grade", str(folder), "--out", str(tmp_path / "out")], tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "out" / "report.json").read_text())["results"]
+    got = {r["student"]: next(e for e in r["exercises"] if e["id"] == "replica_step") for r in results}
+    assert got["forger"]["status"] == "flagged" and got["forger"]["points"] == 0, got["forger"]
+    assert "calls `getattr()` with a name it computes" in got["forger"]["message"]
+    assert "The check said: passed" in got["forger"]["message"]
+    assert got["wrong"]["status"] == "failed" and got["wrong"]["points"] == 0, got["wrong"]
