@@ -116,7 +116,7 @@ EXERCISE_CASES = [
         # gave a verdict: nothing it reported counts.
         run(ran(cell("ok"), cell("ok", PASS)), returncode=-9),
         Status.ERROR,
-        "Not graded: the grading run did not end normally (exit code -9), so nothing it reported counts "
+        "Exercise ex was not graded: the grading run did not end normally (exit code -9), so nothing it reported counts "
         "(code in the notebook may have stopped the process that runs it).",
         id="run-did-not-end-normally",
     ),

@@ -88,7 +88,7 @@ class Case:
         if self.judge_failed:
             return f"Not graded: {self.judge_failed}."
         if self.run.abnormal_end:
-            return f"Not graded: {self.run.abnormal_end}."
+            return f"Exercise {self.id} was not graded: {self.run.abnormal_end}."
         if _ran(self.check, CellResult.ERROR):
             return f"Exercise {self.id}: the grader could not call your code: {self.check_error}."
         return f"Exercise {self.id}: your notebook never answered the grader's calls for this exercise."
