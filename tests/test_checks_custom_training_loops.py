@@ -19,11 +19,16 @@ def tf():
     return tensorflow
 
 
-@pytest.fixture(scope="module")
-def loss_object():
+def make_loss_object():
+    """The notebook's ``loss_object`` (its answers use it): per-example cross-entropy of logits."""
     import keras
 
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+
+@pytest.fixture(scope="module")
+def loss_object():
+    return make_loss_object()
 
 
 def blank(*args, **kwargs):
@@ -124,8 +129,9 @@ def test_adam_prediction_not_a_number() -> None:
 # --------------------------------------------------------------------------- padded_loss
 
 
-@pytest.fixture(scope="module")
-def right_loss(tf, loss_object):
+def right_compute_loss(tf, loss_object):
+    """The notebook's padded_loss answer."""
+
     def compute_loss(labels, logits, mask, model_losses):
         per_example_loss = loss_object(labels, logits)
         context = tf.distribute.get_replica_context()
@@ -138,6 +144,11 @@ def right_loss(tf, loss_object):
         return loss
 
     return compute_loss
+
+
+@pytest.fixture(scope="module")
+def right_loss(tf, loss_object):
+    return right_compute_loss(tf, loss_object)
 
 
 def test_padded_loss_passes(right_loss, capsys) -> None:
@@ -192,14 +203,20 @@ def test_padded_loss_wrong_data_loss(tf, loss_object, mistake) -> None:
     fails_with(ex.check_padded_loss, with_penalty(tf, make(tf, loss_object)), *words)
 
 
-def test_padded_loss_unscaled_penalty(tf, right_loss) -> None:
+def unscaled_penalty(tf, right_loss):
+    """A padded_loss answer whose replicas each add the whole penalty (no scale_regularization_loss)."""
+
     def compute_loss(labels, logits, mask, model_losses):
         loss = right_loss(labels, logits, mask, [])
         if model_losses:
             loss += tf.add_n(model_losses)
         return loss
 
-    fails_with(ex.check_padded_loss, compute_loss, "count 2.00 times")
+    return compute_loss
+
+
+def test_padded_loss_unscaled_penalty(tf, right_loss) -> None:
+    fails_with(ex.check_padded_loss, unscaled_penalty(tf, right_loss), "count 2.00 times")
 
 
 def test_padded_loss_without_penalty(right_loss) -> None:

@@ -153,29 +153,12 @@ def _answers(tf: Any) -> dict[str, tuple[str, Any]]:
 def _judged(check: str, answer: Any, strategy: Any, coordinator: Any) -> str:
     """The case graded as the grader does: the judge runs the check with stand-ins, the kernel's side
     (a thread here) runs the check's harness on the cluster; "pass" or the judge's message."""
-    import socket
-    import threading
+    from judging import judged
 
-    from course_tools.grading import answers, judge
+    from course_tools.grading import judge
 
-    entry = judge.JUDGED[check]
-    served = {entry.functions[0]: answer, "strategy": strategy, "coordinator": coordinator}
-    ours, theirs = socket.socketpair()
-
-    def kernel() -> None:
-        try:
-            with theirs:
-                answers.answer_calls(theirs, check, served)
-        except (EOFError, OSError):
-            pass
-
-    thread = threading.Thread(target=kernel, daemon=True)
-    thread.start()
-    with ours, ours.makefile("rb") as stream:
-        answers.read_message(stream)
-        status, message = judge.judge_one(check, {}, ours, stream)
-        answers.write_message(ours, {"verdict": status, "message": message})
-    thread.join(timeout=60)
+    served = {judge.JUDGED[check].functions[0]: answer, "strategy": strategy, "coordinator": coordinator}
+    status, message = judged(check, served)
     return "pass" if status == "passed" else message if status == "failed" else f"{status}: {message}"
 
 

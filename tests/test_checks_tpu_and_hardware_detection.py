@@ -526,8 +526,9 @@ def test_masked_last_batch_padded_without_drop_remainder() -> None:
     )
 
 
-def in_graph(pad=True, drop=True):
-    """evaluate_all with a `for` over the distributed dataset inside one tf.function."""
+def in_graph(pad=True, drop=True, mask=True):
+    """evaluate_all with a `for` over the distributed dataset inside one tf.function (``mask=False``:
+    padded, but no mask to tell the padding from the data)."""
 
     def evaluate_all(strategy, model, x, y, global_batch):
         n = len(x)
@@ -535,13 +536,14 @@ def in_graph(pad=True, drop=True):
         weights = np.concatenate([np.ones(n), np.zeros(missing)]).astype("float32")
         x = np.concatenate([x, np.zeros((missing, *x.shape[1:]), x.dtype)])
         y = np.concatenate([y, np.zeros(missing, y.dtype)])
-        batches = tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(global_batch, drop_remainder=drop)
+        parts = (x, y, weights) if mask else (x, y)
+        batches = tf.data.Dataset.from_tensor_slices(parts).batch(global_batch, drop_remainder=drop)
         distributed = strategy.experimental_distribute_dataset(batches)
 
-        def replica_sum(images, labels, weight):
+        def replica_sum(images, labels, *weight):
             logits = model(images, training=False)
             per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-            return tf.reduce_sum(per_example * weight)
+            return tf.reduce_sum(per_example * weight[0] if weight else per_example)
 
         @tf.function
         def eval_all(distributed):

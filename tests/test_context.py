@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from course_tools.grading.context import context_cells
+from course_tools.grading.context import context_cells, definitions
 
 
 def kept(*cells: str, needs: tuple[str, ...] = ()) -> list[int]:
@@ -102,3 +102,19 @@ def test_a_cell_tagged_to_skip_is_never_kept_and_what_only_it_needs_goes_too() -
     assert sorted(context_cells(cells, [3]).kept) == [0, 1, 2, 3]  # passing may change it: kept
     assert sorted(context_cells(cells, [3], skip=[2]).kept) == [0, 3]
     assert sorted(context_cells(cells, [2, 3], skip=[2]).kept) == [0, 1, 2, 3]  # a must stays
+
+
+def test_what_an_answer_reads_from_the_cells_above_is_the_statements_that_bind_it() -> None:
+    """definitions: one statement at a time, what the reader reads and what that reads in turn, the
+    last binding in force; what the caller gives and what nothing reads are left out."""
+    cells = [
+        "import numpy as np\nSUM = 'sum'\nscale = 1",
+        "scale = 2\ndemo = np.ones(3)\nprint(demo)",
+        "def step(x):\n    return SUM, x * scale",
+    ]
+    assert definitions(cells, "def answer(x):\n    return step(x)") == (
+        "SUM = 'sum'\n\nscale = 2\n\ndef step(x):\n    return (SUM, x * scale)"
+    )
+    assert definitions(cells, "y = np.zeros(2)", given=("np",)) == ""
+    assert definitions(cells, "y = np.zeros(2)") == "import numpy as np"
+    assert definitions(cells, "y = missing + 1") == ""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
+import itertools
 import json
 import socket
 import threading
@@ -17,38 +19,13 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 import pytest
+from judging import judged, replaying, verdict
 
 import course_utils.exercises as exercises
-from course_tools.grading import answers, code, judge
+from course_tools.grading import answers, code, context, judge
 from course_utils.exercises import data_parallelism, setup_and_hardware
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def judged(ident: str, functions: dict[str, Callable[..., Any]], literals: Optional[dict[str, str]] = None,
-           seed: Optional[int] = None) -> tuple[str, str]:  # fmt: skip
-    """Judge ``ident`` with the kernel's side answering from ``functions`` in a thread."""
-    ours, theirs = socket.socketpair()
-    kernel = threading.Thread(target=_kernel, args=(theirs, ident, functions), daemon=True)
-    kernel.start()
-    exercises.UNSEEN = None if seed is None else __import__("random").Random(seed)
-    try:
-        with ours, ours.makefile("rb") as stream:
-            assert answers.read_message(stream) == {"serve": ident}
-            status, message = judge.judge_one(ident, literals or {}, ours, stream)
-            answers.write_message(ours, {"verdict": status, "message": message})
-    finally:
-        exercises.UNSEEN = None
-    kernel.join(timeout=30)
-    return status, message
-
-
-def _kernel(sock: socket.socket, ident: str, functions: dict[str, Callable[..., Any]]) -> None:
-    try:
-        with sock:
-            answers.answer_calls(sock, ident, functions)
-    except (EOFError, OSError):
-        pass
 
 
 # --------------------------------------------------------------------------- plain data
@@ -315,19 +292,15 @@ def test_an_answer_that_is_not_data_gets_a_hint_not_a_crash() -> None:
 
 def test_a_kernel_that_answers_with_a_verdict_or_hangs_up_gets_no_verdict() -> None:
     for reply in ({"verdict": "passed", "message": "trust me"}, None):
-        ours, theirs = socket.socketpair()
 
-        def kernel(sock: socket.socket = theirs, reply: Optional[dict] = reply) -> None:
-            with sock, sock.makefile("rb") as stream:
+        def kernel(sock: socket.socket, ident: str, reply: Optional[dict] = reply) -> None:
+            with sock.makefile("rb") as stream:
+                answers.write_message(sock, {"serve": ident})
                 answers.read_message(stream)  # the first call
                 if reply is not None:
                     answers.write_message(sock, reply)
 
-        thread = threading.Thread(target=kernel, daemon=True)
-        thread.start()
-        with ours, ours.makefile("rb") as stream:
-            status, message = judge.judge_one("global_batch", {}, ours, stream)
-        thread.join(timeout=10)
+        status, message = judged("global_batch", kernel=kernel)
         assert status == "error" and (
             "not one the grader understands" in message or "stopped answering" in message
         )
@@ -361,82 +334,34 @@ PROGRAM_FILES = {
 }
 
 
-#: The master's cells (by a line they hold) that an answer calls: 06's loop runs the notebook's replica_step.
-CELLS_ABOVE = {"tpu_ready_loop": [("06_tpu_and_hardware_detection", "def replica_step(")]}
+def _write_programs(folder: Path) -> dict[str, Path]:
+    """Notebook 07's programs, the masters' %%writefile answers, written into ``folder``: {exercise: file}."""
+    masters = _master_answers()
+    written = {ident: folder / name for ident, name in PROGRAM_FILES.items()}
+    for ident, path in written.items():
+        path.write_text(masters[ident].split("\n", 1)[1])
+    return written
 
 
-def _run_master_cell(notebook: str, marker: str, namespace: dict[str, Any]) -> None:
-    """Run the master's code cell holding ``marker`` in ``namespace`` (with keras, as the notebooks)."""
-    import keras
-    import nbformat
-
-    path = ROOT / "solutions" / f"{notebook}.ipynb"
-    (source,) = [c.source for c in nbformat.read(path, as_version=4).cells if marker in c.source]
-    namespace.setdefault("keras", keras)
-    exec(compile(source, f"<master cell {marker}>", "exec"), namespace)
+#: What the answers run in these tests find in their namespace (the notebooks' imports).
+GIVEN = ("np", "tf", "keras")
 
 
-#: The answers that use what a cell above them defined (notebook 02's SUM, its make_replica_step).
-USES_CELLS_ABOVE = {"run_and_combine", "fix_train_step"}
-
-
-def _cells_above(ident: str, answer: str) -> str:
-    """The functions and top-level names that cells above ``ident``'s answer define and the answer
-    uses without defining them (as the notebook's kernel has them), as source; "" for the others."""
+@functools.lru_cache(maxsize=None)
+def _above(ident: str, given: tuple[str, ...] = GIVEN) -> str:
+    """What ``ident``'s answer in the masters reads from the cells above it (02's SUM and
+    make_replica_step, 04's loss_object, 06's replica_step...), as the grader reads it
+    (course_tools.grading.context.definitions): the statements that bind those names, as source."""
     import nbformat
 
     from course_tools.cellmeta import exercise_id, role
 
-    if ident not in USES_CELLS_ABOVE:
-        return ""
-    used = {
-        n.id for n in ast.walk(ast.parse(answer)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-    }
-    found: dict[str, str] = {}
     for path in sorted((ROOT / "solutions").glob("*.ipynb")):
-        cells = nbformat.read(path, as_version=4).cells
-        if not any(role(c) == "solution" and exercise_id(c) == ident for c in cells):
-            continue
-        for cell in cells:
+        cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+        for k, cell in enumerate(cells):
             if role(cell) == "solution" and exercise_id(cell) == ident:
-                break
-            if cell.cell_type != "code":
-                continue
-            try:
-                tree = ast.parse(code.neutralise_shell(cell.source))
-            except SyntaxError:
-                continue
-            for node in tree.body:
-                names = [node.name] if isinstance(node, ast.FunctionDef) else [
-                    t.id for a in ([node] if isinstance(node, ast.Assign) else [])
-                    for t in ast.walk(a.targets[0]) if isinstance(t, ast.Name)
-                ]  # fmt: skip
-                if set(names) & used:
-                    found.update(dict.fromkeys(names, ast.unparse(node)))
-    return "\n".join(dict.fromkeys(found.values()))
-
-
-#: The names of a cell above that an exercise's answer uses (03's fit_on_replicas compiles with LOSS).
-CELL_NAMES = {"fit_on_replicas": ("LOSS",)}
-
-
-def _cell_assignment(name: str) -> str:
-    """The masters' one top-level ``name = ...`` statement."""
-    import nbformat
-
-    found = []
-    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
-        for cell in nbformat.read(path, as_version=4).cells:
-            if cell.cell_type != "code":
-                continue
-            try:
-                tree = ast.parse(code.neutralise_shell(cell.source))
-            except SyntaxError:
-                continue
-            found += [ast.unparse(node) for node in tree.body if isinstance(node, ast.Assign)
-                      and [ast.unparse(t) for t in node.targets] == [name]]  # fmt: skip
-    assert len(found) == 1, (name, found)
-    return found[0]
+                return context.definitions([c.source for c in cells[:k]], cell.source, given)
+    raise LookupError(ident)
 
 
 @pytest.mark.parametrize("seed", [3, 11, 29])
@@ -455,9 +380,7 @@ def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident
     source = _master_answers()[ident]
     entry = judge.JUDGED[ident]
     if source.startswith("%%writefile"):  # notebook 07's programs, which import one another
-        for other, name in PROGRAM_FILES.items():
-            (tmp_path / name).write_text(_master_answers()[other].split("\n", 1)[1])
-        program = tmp_path / PROGRAM_FILES[ident]
+        program = _write_programs(tmp_path)[ident]
         status, message = judged(ident, {name: str(program) for name in entry.functions}, seed=seed)
         assert status == "passed", message
         return
@@ -465,33 +388,9 @@ def test_every_judged_exercise_passes_the_masters_answer_through_the_judge(ident
 
     from course_utils.runtime import import_tensorflow
 
-    namespace: dict[str, Any] = {
-        "np": np,
-        "tf": import_tensorflow(),
-        "keras": keras,
-    }  # what the notebooks imported
-    if entry.module == "custom_training_loops":  # 04's answers use the loss its cell above made
-        namespace["loss_object"] = _loss_object()
-    for name in CELL_NAMES.get(ident, ()):  # what the answer takes from a cell above, as that cell says it
-        exec(_cell_assignment(name), namespace)
-    if ident.startswith("capstone_"):  # what notebook 10's cells above its answers define
-        from course_utils.exercises import capstone
-
-        namespace.update(
-            CLIP_NORM=capstone.CLIP_NORM, WARMUP=capstone.WARMUP, LEARNING_RATE=capstone.LEARNING_RATE
-        )
-        if ident == "capstone_counter":  # the port, and the warmup cell's function around it
-            _exec_cell(_master_answers()["capstone_port"], "<master capstone_port>", namespace)
-            _exec_cell(_notebook_function("10_capstone", "warmup_step"), "<10 warmup_step>", namespace)
-    import linecache
-
-    for notebook, marker in CELLS_ABOVE.get(ident, ()):  # what the answer calls from cells above it
-        _run_master_cell(notebook, marker, namespace)
-
-    filename = f"<master {ident}>"  # as IPython does, so that AutoGraph can read the answer's source
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(_cells_above(ident, source), f"<above {ident}>", "exec"), namespace)
-    exec(compile(source, filename, "exec"), namespace)  # the course's own answer, not a student's
+    namespace: dict[str, Any] = {"np": np, "tf": import_tensorflow(), "keras": keras}  # GIVEN
+    _exec_cell(_above(ident), f"<above {ident}>", namespace)  # what the answer reads from cells above
+    _exec_cell(source, f"<master {ident}>", namespace)  # the course's own answer, not a student's
     functions = {name: namespace[name] for name in entry.functions}
     literals = {name: source for name in entry.literals}
     status, message = judged(ident, functions, literals, seed=seed)
@@ -504,18 +403,6 @@ def _exec_cell(source: str, filename: str, namespace: dict[str, Any]) -> None:
 
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
-
-
-def _notebook_function(notebook: str, name: str) -> str:
-    """The source of the function ``name`` that a cell of the master ``notebook`` defines."""
-    import nbformat
-
-    for cell in nbformat.read(ROOT / "solutions" / f"{notebook}.ipynb", as_version=4).cells:
-        if cell.cell_type == "code" and f"def {name}(" in cell.source:
-            tree = ast.parse(cell.source)
-            found = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
-            return ast.get_source_segment(cell.source, found) or ""
-    raise LookupError(name)
 
 
 def test_a_strategy_and_a_dataset_cross_as_recipes_and_the_kernel_reports_its_runs() -> None:
@@ -735,105 +622,49 @@ def test_a_harness_runs_the_students_code_in_the_kernel_and_its_mistake_is_named
         assert calls, ident  # the student's function ran (in the kernel's thread), not the judge's copy
 
 
-def _loss_object() -> Any:
-    """Notebook 04's ``loss_object`` (its answers use it): per-example cross-entropy of logits."""
-    import keras
-
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
-
-
 def _custom_loop_mistakes(tf: Any) -> list[tuple[str, str, Callable[..., Any], str]]:
     """Notebook 04's wrong answers that real code contains: (exercise, name, answer, its hint)."""
-    ce = _loss_object()
+    from test_checks_custom_training_loops import (
+        WRONG_DATA_LOSSES,
+        make_dataset_factory,
+        make_loss_object,
+        make_test_factory,
+        right_compute_loss,
+        unscaled_penalty,
+        with_penalty,
+    )
 
-    def with_penalty(data_loss: Callable[..., Any]) -> Callable[..., Any]:
-        def compute_loss(labels, logits, mask, model_losses):
-            loss = data_loss(labels, logits, mask)
-            if model_losses:
-                loss += tf.nn.scale_regularization_loss(tf.add_n(model_losses))
-            return loss
-
-        return compute_loss
+    ce = make_loss_object()
+    right = right_compute_loss(tf, ce)
 
     def global_real(mask):
         return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.reduce_sum(mask))
 
-    def right_data_loss(y, z, m):
-        return tf.nn.compute_average_loss(
-            ce(y, z), sample_weight=m, global_batch_size=tf.cast(global_real(m), tf.int32)
-        )
-
-    def unscaled_penalty(labels, logits, mask, model_losses):  # every replica adds the whole penalty
-        loss = right_data_loss(labels, logits, mask)
-        return loss + tf.add_n(model_losses) if model_losses else loss
-
     def always_add_n(labels, logits, mask, model_losses):  # tf.add_n([]) raises
-        return right_data_loss(labels, logits, mask) + tf.nn.scale_regularization_loss(tf.add_n(model_losses))
+        return right(labels, logits, mask, []) + tf.nn.scale_regularization_loss(tf.add_n(model_losses))
 
     def own_mean_share(y, z, m):  # own mean times own share: 0 / 0 on a replica of padding only
         return tf.reduce_sum(ce(y, z) * m) / tf.reduce_sum(m) * tf.reduce_sum(m) / global_real(m)
 
-    def dataset_factory(how: str) -> Callable[..., Any]:
-        def make_dataset_fn(images, labels, global_batch_size):
-            def dataset_fn(input_context):
-                dataset = tf.data.Dataset.from_tensor_slices((images, labels))
-                per_replica = input_context.get_per_replica_batch_size(global_batch_size)
-                shards = (
-                    input_context.num_replicas_in_sync
-                    if how == "by_replicas"
-                    else input_context.num_input_pipelines
-                )
-                if how != "no_shard":
-                    dataset = dataset.shard(shards, input_context.input_pipeline_id)
-                if how == "repeat":
-                    dataset = dataset.repeat()
-                return dataset.batch(global_batch_size if how == "global_batch" else per_replica)
-
-            return dataset_fn
-
-        return make_dataset_fn
-
-    def test_factory(how: str) -> Callable[..., Any]:
-        def make_distributed_test_step(strategy, model, loss_metric, accuracy):
-            def forward(inputs):
-                return model(inputs[0], training=False)
-
-            def update(labels, logits, mask):
-                weight = None if how == "unmasked" else mask
-                loss_metric.update_state(ce(labels, logits), sample_weight=weight)
-                accuracy.update_state(labels, logits, sample_weight=weight)
-
-            @tf.function
-            def distributed_test_step(inputs):
-                if how == "outside":  # the metrics updated outside strategy.run
-                    update(inputs[1], strategy.run(forward, args=(inputs,)), inputs[2])
-                elif how == "first_replica":  # outside strategy.run, replica 0's values only
-                    logits = strategy.experimental_local_results(strategy.run(forward, args=(inputs,)))[0]
-                    labels, mask = (strategy.experimental_local_results(v)[0] for v in inputs[1:])
-                    update(labels, logits, mask)
-                else:
-                    strategy.run(lambda x: update(x[1], forward(x), x[2]), args=(inputs,))
-
-            return distributed_test_step
-
-        return make_distributed_test_step
+    def wrong_data_loss(mistake: str) -> Callable[..., Any]:
+        return with_penalty(tf, WRONG_DATA_LOSSES[mistake][0](tf, ce))
 
     loss, data, test = "padded_loss", "per_replica_dataset_fn", "distributed_test_step"
-    own_count = with_penalty(lambda y, z, m: tf.reduce_sum(ce(y, z) * m) / tf.reduce_sum(m))
-    slots = with_penalty(lambda y, z, m: tf.nn.compute_average_loss(ce(y, z), sample_weight=m))
     return [
-        (loss, "compute_loss", own_count, "each replica divided by its OWN count of real examples"),
-        (loss, "compute_loss", slots, "your loss divides by all 16 slots"),
-        (loss, "compute_loss", unscaled_penalty, "the penalties count 2.00 times"),
+        (loss, "compute_loss", wrong_data_loss("own_count"), "each replica divided by its OWN count of real examples"),
+        (loss, "compute_loss", wrong_data_loss("sample_weight_slots"), "your loss divides by all 16 slots"),
+        (loss, "compute_loss", unscaled_penalty(tf, right), "the penalties count 2.00 times"),
         (loss, "compute_loss", always_add_n, "with model_losses=[] (a model without regularizers) your code raised"),
-        (loss, "compute_loss", with_penalty(own_mean_share), "that replica divided 0 by 0"),
-        (data, "make_dataset_fn", dataset_factory("global_batch"), "8 examples per step, 16 in all"),
-        (data, "make_dataset_fn", dataset_factory("by_replicas"), "num_input_pipelines (not num_replicas_in_sync)"),
-        (data, "make_dataset_fn", dataset_factory("no_shard"), "every example would be trained on twice"),
-        (data, "make_dataset_fn", dataset_factory("repeat"), "more than one pass"),
-        (test, "make_distributed_test_step", test_factory("outside"), "outside strategy.run, and TensorFlow refused"),
-        (test, "make_distributed_test_step", test_factory("first_replica"), "One device was right"),
-        (test, "make_distributed_test_step", test_factory("unmasked"), "padding examples were counted"),
+        (loss, "compute_loss", with_penalty(tf, own_mean_share), "that replica divided 0 by 0"),
+        (data, "make_dataset_fn", make_dataset_factory(tf, "global_batch"), "8 examples per step, 16 in all"),
+        (data, "make_dataset_fn", make_dataset_factory(tf, "shard_by_replicas"),
+         "num_input_pipelines (not num_replicas_in_sync)"),
+        (data, "make_dataset_fn", make_dataset_factory(tf, "no_shard"), "every example would be trained on twice"),
+        (data, "make_dataset_fn", make_dataset_factory(tf, "repeat_forever"), "more than one pass"),
+        (test, "make_distributed_test_step", make_test_factory(tf, ce, "outside"),
+         "outside strategy.run, and TensorFlow refused"),
+        (test, "make_distributed_test_step", make_test_factory(tf, ce, "first_replica"), "One device was right"),
+        (test, "make_distributed_test_step", make_test_factory(tf, ce, "unmasked"), "padding examples were counted"),
     ]  # fmt: skip
 
 
@@ -986,46 +817,23 @@ def test_a_kernel_that_forges_a_harness_gets_no_pass() -> None:
                           ("worker_step", {"g": 8, "features": 3, **no_update}),
                           *_by_heart(),
                           *_forged_jax_runs()]:  # fmt: skip
-        ours, theirs = socket.socketpair()
-
-        def kernel(sock: socket.socket = theirs, ident: str = ident, forged: Any = forged) -> None:
-            try:
-                with sock, sock.makefile("rb") as stream:
-                    answers.write_message(sock, {"serve": ident})
-                    while "verdict" not in answers.read_message(stream):
-                        answers.write_message(sock, {"value": answers.encode(forged), "reports": []})
-            except (EOFError, OSError):
-                pass
-
-        thread = threading.Thread(target=kernel, daemon=True)
-        thread.start()
-        exercises.UNSEEN = __import__("random").Random(1)  # as the grader: data the notebook never showed
-        try:
-            with ours, ours.makefile("rb") as stream:
-                assert answers.read_message(stream) == {"serve": ident}
-                status, message = judge.judge_one(ident, {}, ours, stream)
-                answers.write_message(ours, {"verdict": status, "message": message})
-        finally:
-            exercises.UNSEEN = None
-        thread.join(timeout=10)
+        status, message = judged(ident, kernel=replaying(itertools.repeat(forged)), seed=1)  # unseen data
         assert status == "failed", (ident, status, message)
 
 
 def _master_loop(replace: tuple[str, str] = ("", "")) -> Callable[..., Any]:
     """06's master tpu_ready_loop, ``replace[0]`` in its source replaced by ``replace[1]`` (a mistake),
     with the notebook's replica_step."""
-    import linecache
+    import keras
 
     from course_utils.runtime import import_tensorflow
 
     source = _master_answers()["tpu_ready_loop"]
     assert replace[0] in source
     source = source.replace(*replace)
-    namespace: dict[str, Any] = {"np": np, "tf": import_tensorflow()}
-    _run_master_cell("06_tpu_and_hardware_detection", "def replica_step(", namespace)
-    filename = f"<tpu_ready_loop {hash(source)}>"  # AutoGraph reads the loop's source
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), namespace)
+    namespace: dict[str, Any] = {"np": np, "tf": import_tensorflow(), "keras": keras}  # GIVEN
+    _exec_cell(_above("tpu_ready_loop"), "<above tpu_ready_loop>", namespace)
+    _exec_cell(source, f"<tpu_ready_loop {hash(source)}>", namespace)
     return namespace["tpu_ready_loop"]
 
 
@@ -1061,33 +869,6 @@ def test_the_tpu_ready_loop_harness_names_the_tensorflow_errors_it_caught() -> N
     assert ex.tpu_loop_run(loop, 2, weights, 44) == {"error": ex.UNBUILT_IN_STEP}
 
 
-def _replayed(ident: str, replies: list, seed: Optional[int]) -> tuple[str, str]:
-    """Judge ``ident`` against a kernel that answers every call with the next of ``replies``."""
-
-    def kernel(sock: socket.socket) -> None:
-        try:
-            with sock, sock.makefile("rb") as stream:
-                answers.write_message(sock, {"serve": ident})
-                while "verdict" not in answers.read_message(stream):
-                    answers.write_message(sock, {"value": answers.encode(replies.pop(0)), "reports": []})
-        except (EOFError, OSError, IndexError):
-            pass
-
-    ours, theirs = socket.socketpair()
-    thread = threading.Thread(target=kernel, args=(theirs,), daemon=True)
-    thread.start()
-    exercises.UNSEEN = None if seed is None else __import__("random").Random(seed)
-    try:
-        with ours, ours.makefile("rb") as stream:
-            assert answers.read_message(stream) == {"serve": ident}
-            status, message = judge.judge_one(ident, {}, ours, stream)
-            answers.write_message(ours, {"verdict": status, "message": message})
-    finally:
-        exercises.UNSEEN = None
-    thread.join(timeout=10)
-    return status, message
-
-
 def test_a_tpu_ready_loop_learned_by_heart_fails_on_the_weights_drawn_at_grading_time() -> None:
     """A kernel that replays the harness's answers for the notebook's cases (those of the right loop,
     run before) passes without a case drawn at grading time, and fails on the starting weights the
@@ -1097,8 +878,8 @@ def test_a_tpu_ready_loop_learned_by_heart_fails_on_the_weights_drawn_at_grading
     loop = _master_loop()
     weights = [np.array(w) for w in ex._check_model()[0].get_weights()]
     learned = [ex.tpu_loop_run(loop, r, weights, n) for n, r in ((44, 1), (44, 2), (48, 1))]
-    assert _replayed("tpu_ready_loop", list(learned), seed=None)[0] == "passed"
-    status, message = _replayed("tpu_ready_loop", learned + [learned[1]], seed=7)
+    assert judged("tpu_ready_loop", kernel=replaying(learned))[0] == "passed"
+    status, message = judged("tpu_ready_loop", kernel=replaying(learned + [learned[1]]), seed=7)
     assert status == "failed" and "On 2 replicas from other starting weights" in message, message
 
 
@@ -1117,17 +898,12 @@ def test_only_a_registered_harness_runs_in_the_kernel() -> None:
 #: A judge on 4 virtual CPUs, as the grader's (this test process has 2): judges naive_loss_prediction
 #: for each PREDICTION source on argv and prints each (status, message) as JSON.
 _JUDGE_ON_FOUR = """
-import json, socket, sys
+import json, sys
 from course_utils.devices import use_virtual_cpus
 use_virtual_cpus(4)
-from course_tools.grading import judge
-out = []
-for source in sys.argv[1:]:
-    ours, theirs = socket.socketpair()
-    with ours, ours.makefile("rb") as stream:
-        out.append(judge.judge_one("naive_loss_prediction", {"PREDICTION": source}, ours, stream))
-    theirs.close()
-print(json.dumps(out))
+sys.path.insert(0, "tests")  # the tests' helpers (it runs in the repository's root)
+from judging import judged
+print(json.dumps([judged("naive_loss_prediction", literals={"PREDICTION": s}) for s in sys.argv[1:]]))
 """
 
 
@@ -1239,9 +1015,8 @@ def test_a_worker_program_is_run_in_the_kernel_and_its_batches_judged(tmp_path) 
 def test_resume_point_is_judged_on_its_answers_without_a_cluster(tmp_path) -> None:
     """The judge runs no cluster: resume_point's harness calls the program's function in the kernel
     on the notebook's cases and cases drawn at grading time; the mistakes get the notebook's hints."""
-    for other, name in PROGRAM_FILES.items():
-        (tmp_path / name).write_text(_master_answers()[other].split("\n", 1)[1])
-    train = (tmp_path / "train.py").read_text()
+    program = _write_programs(tmp_path)["resume_point"]
+    train = program.read_text()
     right = "return global_step // steps_per_epoch, global_step % steps_per_epoch"
     assert right in train
     for body, said in [
@@ -1249,8 +1024,8 @@ def test_resume_point_is_judged_on_its_answers_without_a_cluster(tmp_path) -> No
         ("return global_step // steps_per_epoch, global_step % steps_per_epoch + 1", "optimizer.iterations"),
         ("return 1, 2", "does not resume there"),
     ]:
-        (tmp_path / "train.py").write_text(train.replace(right, body))
-        status, message = judged("resume_point", {"PROGRAM": str(tmp_path / "train.py")}, seed=4)
+        program.write_text(train.replace(right, body))
+        status, message = judged("resume_point", {"PROGRAM": str(program)}, seed=4)
         assert status == "failed" and said in message, (body, message)
 
 
@@ -1258,52 +1033,14 @@ def test_masked_last_batch_is_judged_on_what_the_kernel_saw() -> None:
     """masked_last_batch's harness runs the student's evaluate_all in the kernel and sends back what
     the strategy (its steps and the calls around them), the dataset and the model saw; the judge
     computes every example's loss itself."""
-    import keras
+    from test_checks_tpu_and_hardware_detection import evaluate_all_with, in_graph
 
-    from course_utils.runtime import import_tensorflow
-
-    tf = import_tensorflow()
-
-    def evaluate_all_with(pad: bool = True, mask: bool = True, per_batch: bool = False) -> Callable[..., Any]:
-        def evaluate_all(strategy, model, x, y, global_batch):
-            n, missing = len(x), (-len(x) % global_batch if pad else 0)
-            weights = np.concatenate([np.ones(n), np.zeros(missing)]).astype("float32")
-            x = np.concatenate([x, np.zeros((missing, *x.shape[1:]), x.dtype)])
-            y = np.concatenate([y, np.zeros(missing, y.dtype)])
-            parts = (x, y, weights) if mask else (x, y)
-            batches = tf.data.Dataset.from_tensor_slices(parts).batch(global_batch, drop_remainder=True)
-            distributed = strategy.experimental_distribute_dataset(batches)
-
-            def replica_sum(images, labels, *weight):
-                per_example = keras.losses.sparse_categorical_crossentropy(
-                    labels, model(images), from_logits=True
-                )
-                return tf.reduce_sum(per_example * weight[0] if weight else per_example)
-
-            @tf.function
-            def eval_step(*batch):
-                return strategy.reduce("SUM", strategy.run(replica_sum, args=batch), axis=None)
-
-            if per_batch:  # notebook 04's way: one call per batch
-                return eval_step, sum(float(eval_step(*batch)) for batch in distributed) / n
-
-            @tf.function
-            def eval_all(distributed):
-                total = tf.constant(0.0)
-                for batch in distributed:
-                    total += strategy.reduce("SUM", strategy.run(replica_sum, args=batch), axis=None)
-                return total
-
-            return eval_all, float(eval_all(distributed)) / n
-
-        return evaluate_all
-
-    assert judged("masked_last_batch", {"evaluate_all": evaluate_all_with()}, seed=2)[0] == "passed"
-    status, message = judged("masked_last_batch", {"evaluate_all": evaluate_all_with(pad=False)}, seed=2)
+    assert judged("masked_last_batch", {"evaluate_all": in_graph()}, seed=2)[0] == "passed"
+    status, message = judged("masked_last_batch", {"evaluate_all": in_graph(pad=False)}, seed=2)
     assert status == "failed" and "never reached the model" in message, message
-    status, message = judged("masked_last_batch", {"evaluate_all": evaluate_all_with(mask=False)}, seed=2)
+    status, message = judged("masked_last_batch", {"evaluate_all": in_graph(mask=False)}, seed=2)
     assert status == "failed" and "nothing to tell them apart" in message, message
-    status, message = judged("masked_last_batch", {"evaluate_all": evaluate_all_with(per_batch=True)}, seed=2)
+    status, message = judged("masked_last_batch", {"evaluate_all": evaluate_all_with(loop="python")}, seed=2)
     assert status == "failed" and "6 calls for 6 batches, one call per batch" in message, message
 
 
@@ -1436,9 +1173,7 @@ def jax_kernel_verdicts() -> list[tuple[str, str]]:
     listener.bind(path)
     listener.listen(1)
     listener.settimeout(5)
-    code = (
-        f"PER_EXAMPLE_LOSS = {_cell_assignment('per_example_loss')!r}\nSERVED = {[s[:3] for s in served]!r}\n"
-    )
+    code = f"PER_EXAMPLE_LOSS = {_above('jax_port_loss', ('np', 'keras', 'jnp'))!r}\nSERVED = {[s[:3] for s in served]!r}\n"
     done: dict[str, Any] = {}
 
     def kernel() -> None:
@@ -1458,10 +1193,7 @@ def jax_kernel_verdicts() -> list[tuple[str, str]]:
                     assert thread.is_alive(), done["run"].stderr[-2000:]
             with conn, conn.makefile("rb") as stream:
                 conn.settimeout(600)
-                assert answers.read_message(stream) == {"serve": ident}
-                verdict = judge.judge_one(ident, {}, conn, stream)
-                answers.write_message(conn, {"verdict": verdict[0], "message": verdict[1]})
-            verdicts.append(verdict)
+                verdicts.append(verdict(ident, conn, stream))
     thread.join(timeout=60)
     assert done["run"].ok, done["run"].stderr[-2000:]
     return verdicts

@@ -362,3 +362,26 @@ def context_cells(
         if tree is not None:
             needed |= needed_names(tree, sources[index])
     return Context(frozenset(why), why)
+
+
+def definitions(sources: Sequence[str], reader: str, given: Iterable[str] = ()) -> str:
+    """What ``reader`` (code run after the cells ``sources``, an answer run on its own, say) reads
+    from those cells: the top-level statements that bind a name it reads from earlier cells, and
+    those that bind what these read in turn, as source, in the cells' order.
+
+    It is :func:`context_cells`'s reading, one statement at a time instead of one cell: walking back
+    from the last cell, the last statement that binds a needed name is the one in force. ``given``
+    names what the caller provides itself (the notebook's imports), never looked for; a name no
+    statement binds is left out, so reading it fails as it would in a kernel without it.
+    """
+    statements = [node for source in sources if (tree := code.parse(source)) for node in tree.body]
+    have = set(given)
+    module = code.parse(reader)
+    needed = (needed_names(module, reader) if module else set()) - have
+    kept: list[ast.stmt] = []
+    for node in reversed(statements):
+        alone = ast.Module([node], [])
+        if bound := bound_names(alone) & needed:
+            kept.append(node)
+            needed = (needed - bound) | (needed_names(alone, ast.unparse(node)) - have)
+    return "\n\n".join(ast.unparse(node) for node in reversed(kept))
