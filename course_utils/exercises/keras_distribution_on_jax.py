@@ -30,7 +30,6 @@ import atexit
 import contextlib
 import os
 import re
-import signal
 import sys
 from typing import Any, Callable, Iterator, Optional
 
@@ -719,8 +718,8 @@ def jax_references(seed: Optional[int] = None) -> dict[str, Any]:
 
 
 def serve_references() -> None:
-    """The loop of :class:`_JaxProcess`'s process (Keras on JAX): for each line of stdin, a JSON
-    seed (or ``null``), one result line of :func:`jax_references` for it, or of the error it raised."""
+    """The loop of :func:`_references_in_a_jax_process`'s process (Keras on JAX): for each line of stdin,
+    a JSON seed (or ``null``), one result line of :func:`jax_references` for it, or of what it raised."""
     import json
 
     from ..processes import print_result
@@ -733,122 +732,81 @@ def serve_references() -> None:
         print_result(found)
 
 
-class _JaxProcess:
-    """A Keras-on-JAX process with 2 CPU devices that computes :func:`jax_references` for each seed it
-    is sent (:func:`serve_references`): started once, it serves a judge's whole class."""
-
-    CODE = (
-        "from course_utils import config\nfrom course_utils.lessons.keras_on_jax import setup_jax\n"
-        "setup_jax(config.load(), cpus=2, show_report=False)\n"
-        "from course_utils.exercises import keras_distribution_on_jax as ex\nex.serve_references()\n"
-    )
-    #: Seconds a reply may take (start-up included: importing JAX and Keras, compiling the steps).
-    TIMEOUT = 300.0
-
-    def __init__(self) -> None:
-        import queue
-        import subprocess
-        import tempfile
-        import threading
-
-        from ..processes import QUIET_TF
-
-        env = {**os.environ, **QUIET_TF, "KERAS_BACKEND": "jax", "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
-        self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", self.CODE],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            text=True,
-            env=env,
-            start_new_session=True,  # a notebook's interrupt stays with the notebook
-        )
-        self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
-        self.lock = threading.Lock()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.starts = 1
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def _failed(self, why: str) -> ExerciseError:
-        self.close()
-        self.stderr.seek(0)
-        said = last_error_line(self.stderr.read()) or why
-        return ExerciseError(f"computing the references on JAX failed: {said}")
-
-    def ask(self, seed: Optional[int]) -> dict[str, Any]:
-        """:func:`jax_references` ``(seed)``, computed in the process."""
-        import json
-        import queue
-
-        from ..processes import parse_result
-
-        with self.lock:
-            assert self.process.stdin is not None
-            try:
-                self.process.stdin.write(json.dumps(seed) + "\n")
-                self.process.stdin.flush()
-            except OSError:
-                raise self._failed(f"exit status {self.process.poll()}") from None
-            while True:
-                try:
-                    line = self.lines.get(timeout=self.TIMEOUT)
-                except queue.Empty:
-                    raise self._failed(f"no reply within {self.TIMEOUT:.0f} s") from None
-                if line is None:
-                    raise self._failed(f"exit status {self.process.wait()}")
-                found = parse_result(line)
-                if isinstance(found, dict):
-                    break
-        if "error" in found:
-            raise ExerciseError(f"computing the references on JAX failed: {found['error']}")
-        return found
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def close(self) -> None:
-        """Stop the process (its stdin closed, it ends; killed if it does not)."""
-        import subprocess
-
-        with contextlib.suppress(OSError, ValueError):
-            if self.process.stdin is not None:
-                self.process.stdin.close()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-
-
-#: The judge's :class:`_JaxProcess` (started on first use), and the references it sent, by seed.
-_JAX: list[_JaxProcess] = []
+#: The judge's Keras-on-JAX processes (:func:`serve_references`: process, its lines, its stderr), one
+#: unless one failed, and the references they sent, by seed.
+_JAX: list[tuple[Any, Any, Any]] = []
 _FOUND: dict[Optional[int], dict[str, Any]] = {}
 
 
 def _references_in_a_jax_process(seed: Optional[int] = None) -> dict[str, Any]:
-    """:func:`jax_references` ``(seed)`` from a Keras-on-JAX process with 2 CPU devices, started once a
-    process and kept (:class:`_JaxProcess`): a grader pays its start once for a whole class, and each
-    seed a few steps. The references of a seed are kept too."""
-    if seed not in _FOUND:
-        if not (_JAX and _JAX[-1].alive()):
-            _JAX.append(_JaxProcess())
-            atexit.register(_JAX[-1].close)
-        while len(_FOUND) >= 64:  # a class's seeds are each used once: keep the latest
-            _FOUND.pop(next(iter(_FOUND)))
-        _FOUND[seed] = _JAX[-1].ask(seed)
-    return _FOUND[seed]
+    """:func:`jax_references` ``(seed)`` from a process with Keras on JAX and 2 CPU devices, started
+    once and kept: a grader pays its start once for a whole class, and each seed a few steps."""
+    import json
+    import queue
+    import subprocess
+    import tempfile
+    import threading
+
+    from ..processes import QUIET_TF, parse_result
+
+    if seed in _FOUND:
+        return _FOUND[seed]
+    if not (_JAX and _JAX[-1][0].poll() is None):
+        code = (
+            "from course_utils import config\nfrom course_utils.lessons.keras_on_jax import setup_jax\n"
+            "setup_jax(config.load(), cpus=2, show_report=False)\n"
+            "from course_utils.exercises import keras_distribution_on_jax as ex\nex.serve_references()\n"
+        )
+        env = {**os.environ, **QUIET_TF, "KERAS_BACKEND": "jax", "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+        errors, lines = tempfile.TemporaryFile(mode="w+"), queue.Queue()  # type: ignore[var-annotated]
+        process: Any = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+            text=True, env=env, start_new_session=True,
+        )  # fmt: skip
+        threading.Thread(target=_forward, args=(process.stdout, lines), daemon=True).start()
+        atexit.register(_stop, process)
+        _JAX.append((process, lines, errors))
+    process, lines, errors = _JAX[-1]
+    found = None
+    with contextlib.suppress(OSError, queue.Empty):  # start-up included: JAX, Keras, the steps compiled
+        process.stdin.write(json.dumps(seed) + "\n")
+        process.stdin.flush()
+        while found is None and (line := lines.get(timeout=300)):
+            found = parse_result(line)
+    if not isinstance(found, dict) or "error" in found:
+        _stop(process)
+        errors.seek(0)
+        said = found["error"] if isinstance(found, dict) else last_error_line(errors.read()) or "no reply"
+        raise ExerciseError(f"computing the references on JAX failed: {said}")
+    if len(_FOUND) >= 64:  # a class's seeds are each used once
+        _FOUND.clear()
+    _FOUND[seed] = found
+    return found
+
+
+def _forward(stream: Any, lines: Any) -> None:
+    """Each line of ``stream`` into the queue ``lines``, then ``""`` (the process ended)."""
+    for line in stream:
+        lines.put(line)
+    lines.put("")
+
+
+def _stop(process: Any) -> None:
+    """End a :func:`serve_references` process: its stdin closed, it ends; killed if it does not."""
+    import subprocess
+
+    with contextlib.suppress(OSError, ValueError):
+        process.stdin.close()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def reference_collectives() -> dict[str, dict[str, int]]:
     """:func:`measured_collectives` here when Keras runs on JAX (the notebook), else in a process with
-    Keras on JAX and 2 CPU devices (a grader whose Keras runs on TensorFlow: :class:`_JaxProcess`)."""
+    Keras on JAX and 2 CPU devices (a grader whose Keras runs on TensorFlow)."""
     if _on_jax():
         return measured_collectives()
     collectives: dict[str, dict[str, int]] = _references_in_a_jax_process()["collectives"]
