@@ -234,4 +234,7 @@ def test_the_core_is_small() -> None:
     # judged outside the kernel: each run of the student's step a harness call (exercises/port_runs.py).
     # and by 200 more (14,074 -> 14,251) for 11's three checks split into harnesses, one device's
     # references from a fresh Keras-on-JAX process where the judge's Keras runs on TensorFlow (+177).
-    assert whole <= 14300, f"course_utils is {whole} lines"
+    # and by 100 more (14,251 -> 14,369) for those three checks drawing their data and starting weights at
+    # grading time (their harnesses build them from a seed), the JAX process kept for a judge's whole
+    # class and asked each seed's references (+118).
+    assert whole <= 14400, f"course_utils is {whole} lines"

@@ -153,6 +153,109 @@ def judged() -> dict:
     return data
 
 
+#: The checks as a grader runs them: ``course_utils.exercises.UNSEEN`` set, each check drawing its data
+#: and starting weights. The right answers on 3 draws, each wrong one on a draw of its own; then the
+#: gap between 2 devices and one device on 8 draws (the float noise UPDATE_RTOL was measured on).
+DRAWN = (
+    ANSWERS.split("outcome = {}")[0]
+    + r"""
+import random
+
+from course_utils import exercises
+
+TRAINED = ("shard_batch", "port_loss", "tensor_parallel")
+drawn = {}
+for name, (check, answer) in ANSWERS.items():
+    if not name.startswith(TRAINED):
+        continue
+    for seed in (3, 11, 29) if name.endswith(" right") else (5,):
+        exercises.UNSEEN = random.Random(f"{seed}:{name}")
+        try:
+            check(answer)
+            drawn[f"{name} {seed}"] = "pass"
+        except ExerciseError as error:
+            drawn[f"{name} {seed}"] = str(error)
+        finally:
+            exercises.UNSEEN = None
+devices = ex.two_devices()
+gaps, moved = [], []
+with ex.same_footing(devices):
+    notebook, _ = ex.one_device(2)
+    megatron = keras.distribution.ModelParallel(layout_map=ex.megatron_layout(devices), batch_dim_name="batch")
+    for seed in range(1, 9):
+        one, _ = ex.one_device(2, seed)
+        moved.append(float(compare.mismatch(one, notebook)))
+        for distribution in (keras.distribution.DataParallel(devices=devices), megatron):
+            two, _, _ = ex.train_update(distribution, seed=seed)
+            gaps.append(float(compare.mismatch(two, one)))
+print_result({"drawn": drawn, "gaps": gaps, "moved": moved})
+"""
+)
+
+
+@pytest.fixture(scope="module")
+def drawn() -> dict:
+    result = run_python(DRAWN, env={"KERAS_BACKEND": "jax", "XLA_FLAGS": ""}, timeout=600)
+    assert result.ok, result.stderr[-2000:]
+    return last_result(result.stdout)
+
+
+def test_right_answers_pass_on_data_drawn_at_grading_time(drawn: dict) -> None:
+    for name in ("shard_batch right", "port_loss right", "tensor_parallel right"):
+        for seed in (3, 11, 29):
+            assert drawn["drawn"][f"{name} {seed}"] == "pass", (name, seed, drawn["drawn"][f"{name} {seed}"])
+    assert drawn["drawn"]["port_loss sum over len 5"] == "pass"
+    assert drawn["drawn"]["tensor_parallel anchored paths 5"] == "pass"
+
+
+def test_wrong_answers_keep_their_hints_on_data_drawn_at_grading_time(drawn: dict) -> None:
+    """Each wrong answer fails on a draw with the hint it gets in the notebook (the small batch and
+    its classes are drawn too: the fixed divisor's hint names them)."""
+    outcome = drawn["drawn"]
+    _fails({"outcome": outcome}, "shard_batch numpy 5", "jax_shard_batch", "not a NumPy array")
+    _fails({"outcome": outcome}, "shard_batch replicated 5", "jax_shard_batch", "whole batch (replicated)")
+    _fails({"outcome": outcome}, "shard_batch features 5", "jax_shard_batch", "split the features")
+    _fails({"outcome": outcome}, "shard_batch two dims 5", "jax_shard_batch", "1-D labels")
+    _fails({"outcome": outcome}, "port_loss per-device batch 5", "jax_port_loss", "2.00x", "per-device batch")
+    _fails({"outcome": outcome}, "port_loss sum 5", "jax_port_loss", "16x", "sum the per-example losses")
+    _fails({"outcome": outcome}, "port_loss over devices 5", "jax_port_loss", "0.50x", "len(y) count?")
+    _fails({"outcome": outcome}, "port_loss 04's divisor 5", "jax_port_loss", "0.50x", "len(y) count?")
+    fixed = outcome["port_loss fixed 16 5"]
+    assert (
+        re.search(r"On \d+ examples of loss log [245] each", fixed) and "divisor is a fixed number" in fixed
+    )
+    assert "On 12 examples of loss log 3" not in fixed, fixed
+    _fails({"outcome": outcome}, "port_loss per example 5", "jax_port_loss", "shape (16,)")
+    _fails({"outcome": outcome}, "tensor_parallel rows first 5", "jax_tensor_parallel", "up/kernel's rows")
+    _fails(
+        {"outcome": outcome},
+        "tensor_parallel columns second 5",
+        "jax_tensor_parallel",
+        "down/kernel's columns",
+    )
+    _fails({"outcome": outcome}, "tensor_parallel both biases split 5", "jax_tensor_parallel", "down's bias")
+    _fails({"outcome": outcome}, "tensor_parallel search-only keys 5", "jax_tensor_parallel", "re.search")
+    _fails({"outcome": outcome}, "tensor_parallel no model axis 5", "jax_tensor_parallel", "nothing is split")
+    right = (
+        "port_loss sum over len 5",
+        "tensor_parallel anchored paths 5",
+        "tensor_parallel down bias replicated 5",
+    )
+    wrong = [name for name in outcome if " right " not in name and name not in right]
+    assert len(wrong) == 25 and all(outcome[n] != "pass" for n in wrong), [
+        n for n in wrong if outcome[n] == "pass"
+    ]
+
+
+def test_drawn_data_move_the_update_and_stay_in_the_measured_noise(drawn: dict) -> None:
+    """A draw trains from other data and weights (its update is not the notebook's), and 2 devices
+    still match one device far inside UPDATE_RTOL (DataParallel and Megatron's layout, 8 draws)."""
+    from course_utils.exercises.keras_distribution_on_jax import UPDATE_RTOL
+
+    assert min(drawn["moved"]) > 0.1, drawn["moved"]
+    assert max(drawn["gaps"]) < UPDATE_RTOL / 10, drawn["gaps"]
+
+
 def _fails(judged: dict, name: str, exercise: str, *hints: str) -> None:
     message = judged["outcome"][name]
     assert message != "pass", f"{name} passed"

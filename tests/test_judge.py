@@ -883,6 +883,35 @@ def test_a_tpu_ready_loop_learned_by_heart_fails_on_the_weights_drawn_at_grading
     assert status == "failed" and "On 2 replicas from other starting weights" in message, message
 
 
+def _notebook_11_by_heart() -> dict[str, list[Any]]:
+    """What a kernel that learned notebook 11's run by heart sends its three training checks' harnesses,
+    call by call: the right replies on the notebook's data (one device's update for 2 devices': they
+    agree to float noise), the references of the judge's JAX process."""
+    from course_utils.exercises import keras_distribution_on_jax as ex
+
+    x = ex._shard_input()
+    two, _ = ex.one_device(2)
+    one, loss = ex.one_device(1)
+    placed = {"array": True, "shape": [8, 4], "values": x, "shards": [[0, x[:4]], [1, x[4:]]]}
+    layout = {**dict(_forged_jax_runs())["jax_tensor_parallel"], "update": two}
+    return {
+        "jax_shard_batch": [placed, {"rank_error": None}, two],
+        "jax_port_loss": [[], {"update": one, "loss": loss}, float(np.log(3))],
+        "jax_tensor_parallel": [layout],
+    }
+
+
+@pytest.mark.parametrize("ident", ["jax_shard_batch", "jax_port_loss", "jax_tensor_parallel"])
+def test_notebook_11_learned_by_heart_fails_on_the_data_drawn_at_grading_time(ident: str) -> None:
+    """A kernel that replays notebook 11's right replies passes a check without a draw, and fails it on
+    every grading run: the examples and starting weights (and 11's small batch) are drawn there."""
+    learned = _notebook_11_by_heart()[ident]
+    assert judged(ident, kernel=replaying(learned))[0] == "passed"
+    for seed in range(3):
+        status, message = judged(ident, kernel=replaying(learned), seed=seed)
+        assert status == "failed", (seed, message)
+
+
 def test_only_a_registered_harness_runs_in_the_kernel() -> None:
     """The kernel runs a harness the judge names only if the course registered it; anything else
     (a module's other function, a name that is not one) is refused, never looked up."""
@@ -1119,6 +1148,8 @@ def _layout(up: str = '(None, "model")', keys: tuple = (".*up/kernel$", ".*down/
     )
 
 
+#: The grading runs' seeds: the masters' answers are judged on each, the wrong answers on the last.
+JAX_SEEDS = (3, 11, 29, 5)
 #: (exercise, the answer's name, its source, the hint's words: "" for a pass), served in this order.
 _JAX_ANSWERS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("jax_shard_batch", "shard_batch", "def shard_batch(x, mesh):\n    return x\n", ("not a NumPy array",)),
@@ -1140,7 +1171,7 @@ _JAX_ANSWERS: list[tuple[str, str, str, tuple[str, ...]]] = [
      "def port_loss(y, logits):\n    return jnp.sum(per_example_loss(y, logits)) / (len(y) * 2)\n",
      ("0.50x", "what does len(y) count?")),
     ("jax_port_loss", "port_loss", "def port_loss(y, logits):\n    return jnp.sum(per_example_loss(y, logits)) / 16\n",
-     ("On 12 examples of loss log 3 each", "your divisor is a fixed number")),
+     ("examples of loss log", "your divisor is a fixed number")),  # the small batch and its classes: drawn
     ("jax_tensor_parallel", "tensor_parallel", _layout(keys=("up/kernel", "down/kernel")), ("re.search", "re.fullmatch")),
     ("jax_tensor_parallel", "tensor_parallel", _layout(up='("model", None)'), ("up/kernel's rows (dimension 0)",)),
     ("jax_tensor_parallel", "tensor_parallel", _layout(biases='{".*bias$": ("model",)}'),
@@ -1153,9 +1184,10 @@ _JAX_ANSWERS: list[tuple[str, str, str, tuple[str, ...]]] = [
 
 @pytest.fixture(scope="module")
 def jax_kernel_verdicts() -> list[tuple[str, str]]:
-    """The masters' answers to notebook 11's three, then :data:`_JAX_ANSWERS`, each served by a kernel
-    with Keras on JAX and 2 CPU devices (a process of its own, as the grader's) to the judge's check
-    here, where Keras runs on TensorFlow: ``(status, message)`` each, in order."""
+    """The masters' answers to notebook 11's three on 3 grading runs' seeds, then :data:`_JAX_ANSWERS` on
+    a fourth, each served by a kernel with Keras on JAX and 2 CPU devices (a process of its own, as the
+    grader's) to the judge's check here, where Keras runs on TensorFlow and the check draws its data as
+    the grader's judge does: ``(status, message)`` each, in order."""
     import os
     import tempfile
 
@@ -1164,9 +1196,13 @@ def jax_kernel_verdicts() -> list[tuple[str, str]]:
     masters = _master_answers()
     served = [
         (ident, judge.JUDGED[ident].functions[0], masters[ident], ())
+        for _ in JAX_SEEDS[:-1]
         for ident in sorted(JAX_KERNEL_EXERCISES)
     ]
     served += _JAX_ANSWERS
+    seeds = [seed for seed in JAX_SEEDS[:-1] for _ in JAX_KERNEL_EXERCISES] + [JAX_SEEDS[-1]] * len(
+        _JAX_ANSWERS
+    )
     folder = tempfile.mkdtemp(prefix="judge")  # a socket's path has at most 107 bytes
     path = os.path.join(folder, judge.SOCKET)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -1184,7 +1220,7 @@ def jax_kernel_verdicts() -> list[tuple[str, str]]:
     thread.start()
     verdicts = []
     with listener:
-        for ident, *_ in served:
+        for (ident, *_), seed in zip(served, seeds, strict=True):
             while True:
                 try:
                     conn, _ = listener.accept()
@@ -1193,7 +1229,11 @@ def jax_kernel_verdicts() -> list[tuple[str, str]]:
                     assert thread.is_alive(), done["run"].stderr[-2000:]
             with conn, conn.makefile("rb") as stream:
                 conn.settimeout(600)
-                verdicts.append(verdict(ident, conn, stream))
+                exercises.UNSEEN = __import__("random").Random(f"{seed}:{ident}")  # as the judge's run
+                try:
+                    verdicts.append(verdict(ident, conn, stream))
+                finally:
+                    exercises.UNSEEN = None
     thread.join(timeout=60)
     assert done["run"].ok, done["run"].stderr[-2000:]
     return verdicts
@@ -1202,15 +1242,17 @@ def jax_kernel_verdicts() -> list[tuple[str, str]]:
 def test_notebook_11s_answers_are_judged_from_a_jax_kernel(
     jax_kernel_verdicts: list[tuple[str, str]],
 ) -> None:
-    """The masters' answers pass; each wrong answer fails with its hint, the judge's, though the
-    judge's Keras runs on TensorFlow: the kernel sent what happened, the references came from JAX."""
+    """The masters' answers pass on every draw; each wrong answer fails with its hint, the judge's,
+    though the judge's Keras runs on TensorFlow: the kernel sent what happened on the drawn data, the
+    references for that draw came from JAX (one process for all the draws)."""
     import keras
 
+    from course_utils.exercises import keras_distribution_on_jax as ex
+
     assert keras.backend.backend() == "tensorflow"
-    right, wrong = (
-        jax_kernel_verdicts[: len(JAX_KERNEL_EXERCISES)],
-        jax_kernel_verdicts[len(JAX_KERNEL_EXERCISES) :],
-    )
+    masters = len(JAX_KERNEL_EXERCISES) * (len(JAX_SEEDS) - 1)
+    right, wrong = jax_kernel_verdicts[:masters], jax_kernel_verdicts[masters:]
+    assert len(ex._JAX) == 1  # the references of every draw: one process start
     for status, message in right:
         assert status == "passed", message
     for (ident, _, _, hints), (status, message) in zip(_JAX_ANSWERS, wrong, strict=True):

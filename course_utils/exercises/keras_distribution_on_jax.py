@@ -6,7 +6,9 @@ matmuls in float32 on both (by default a TPU uses one bfloat16 pass and a recent
 far above float noise: :func:`same_footing`). Nothing here imports TensorFlow (Colab's TPU runtimes).
 A grader whose Keras runs on TensorFlow judges them outside the kernel: the harnesses run the
 student's code in the kernel (Keras on JAX) and send back shapes, shards and updates; one device's
-references are computed in a fresh process with Keras on JAX (:func:`jax_references`).
+references are computed in a process with Keras on JAX, started once (:func:`jax_references`). When
+grading, the three checks that train draw their data and starting weights (:func:`_drawn_seed`): a
+kernel that replays the notebook's numbers fails them.
 
 * ``jax_shard_batch``: ``shard_batch(x, mesh)`` splits a global batch over the mesh's ``"batch"``
   axis; two steps on it (labels placed by it too) give one device's update;
@@ -24,8 +26,9 @@ references are computed in a fresh process with Keras on JAX (:func:`jax_referen
 
 from __future__ import annotations
 
+import atexit
 import contextlib
-import functools
+import os
 import re
 import sys
 from typing import Any, Callable, Iterator, Optional
@@ -35,7 +38,7 @@ import numpy as np
 from .. import compare
 from ..checks import exercise, expect, passed
 from ..errors import ExerciseError, describe_raised, last_error_line
-from . import harness, in_kernel
+from . import harness, in_kernel, unseen
 
 #: Float noise of these few steps on 2 devices is ~1e-7 relative; a real mistake is of order 1.
 UPDATE_RTOL = 1e-5
@@ -77,19 +80,31 @@ def same_footing(devices: list) -> Iterator[None]:
         yield
 
 
-def check_data(examples: int = EXAMPLES) -> tuple[np.ndarray, np.ndarray]:
-    """``(x, y)``: a global batch of ``examples`` examples, fixed by a seed."""
-    rng = np.random.default_rng(11)
+#: The seed of the notebook's data and starting weights; a grader draws others (:func:`_drawn_seed`).
+NOTEBOOK_SEED = 11
+
+
+def _drawn_seed() -> Optional[int]:
+    """``None`` in a notebook; when grading, a seed drawn from :func:`unseen` for the data and the
+    starting weights of a check's runs (each harness builds them from it: the student never saw them)."""
+    drawn = unseen()
+    return None if drawn is None else drawn.randrange(1, 2**31)
+
+
+def check_data(examples: int = EXAMPLES, seed: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)``: a global batch of ``examples`` examples, fixed by ``seed`` (the notebook's if ``None``)."""
+    rng = np.random.default_rng(NOTEBOOK_SEED if seed is None else seed)
     x = rng.normal(size=(examples, FEATURES)).astype(np.float32)
     y = rng.integers(0, CLASSES, size=examples).astype(np.int32)
     return x, y
 
 
-def make_block() -> Any:
-    """The two-layer block of ``jax_tensor_parallel`` (and the model of the other checks)."""
+def make_block(seed: Optional[int] = None) -> Any:
+    """The two-layer block of ``jax_tensor_parallel`` (and the model of the other checks), its starting
+    weights drawn from ``seed`` (the notebook's if ``None``)."""
     import keras
 
-    init = keras.initializers.GlorotUniform(seed=11)
+    init = keras.initializers.GlorotUniform(seed=NOTEBOOK_SEED if seed is None else seed)
     return keras.Sequential(
         [
             keras.Input((FEATURES,)),
@@ -112,11 +127,13 @@ def train_update(
     loss_of: Callable[[Any, Any], Any] = mean_loss,
     place: Optional[Callable[[np.ndarray], Any]] = None,
     steps: int = 2,
+    seed: Optional[int] = None,
 ) -> tuple[np.ndarray, float, Any]:
     """``steps`` SGD steps of a jitted stateless step on :func:`make_block` under ``distribution``
     (``None``: one device): the update of every weight as one vector, the last loss, and the model.
 
-    The batch is placed with ``place`` when given, else with the distribution's data layout.
+    The batch is placed with ``place`` when given, else with the distribution's data layout; the
+    batch and the starting weights are ``seed``'s (:func:`check_data`, :func:`make_block`).
     """
     import jax
     import keras
@@ -124,7 +141,7 @@ def train_update(
     previous = keras.distribution.distribution()
     keras.distribution.set_distribution(distribution)
     try:
-        model = make_block()
+        model = make_block(seed)
         optimizer = keras.optimizers.SGD(learning_rate=0.1)
         optimizer.build(model.trainable_variables)
 
@@ -141,7 +158,7 @@ def train_update(
             trainable, slots = optimizer.stateless_apply(slots, grads, trainable)
             return loss, (trainable, non_trainable, slots)
 
-        x, y = check_data()
+        x, y = check_data(seed=seed)
         if place is not None:
             x, y = place(x), place(y)
         elif distribution is not None:
@@ -172,14 +189,14 @@ def _on_jax() -> bool:
     return keras is not None and hasattr(keras, "backend") and keras.backend.backend() == "jax"
 
 
-def one_device(steps: int) -> tuple[np.ndarray, float]:
-    """:func:`train_update` ``(None, steps=steps)`` on the first of :func:`two_devices`: its update and
-    last loss, here when Keras runs on JAX, else from a fresh Keras-on-JAX process (:func:`jax_references`)."""
+def one_device(steps: int, seed: Optional[int] = None) -> tuple[np.ndarray, float]:
+    """:func:`train_update` ``(None, steps=steps, seed=seed)`` on the first of :func:`two_devices`: its
+    update and last loss, here when Keras runs on JAX, else from a Keras-on-JAX process (:func:`jax_references`)."""
     if _on_jax():
         with same_footing(two_devices()):
-            update, loss, _ = train_update(None, steps=steps)
+            update, loss, _ = train_update(None, steps=steps, seed=seed)
         return update, loss
-    found = _references_in_a_jax_process()["one device"][str(steps)]
+    found = _references_in_a_jax_process(seed)["one device"][str(steps)]
     return np.asarray(found["update"], np.float64), float(found["loss"])
 
 
@@ -220,19 +237,22 @@ def _batch_mesh(devices: list) -> Any:
     return keras.distribution.DeviceMesh((2,), ["batch"], devices=devices).backend_mesh
 
 
-def _shard_input() -> np.ndarray:
-    return np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
+def _shard_input(seed: Optional[int] = None) -> np.ndarray:
+    """The 8 examples of 4 features :func:`shard_placement` shards: 0 to 31 in a notebook, else ``seed``'s."""
+    if seed is None:
+        return np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
+    return np.random.default_rng(seed).normal(size=(8, 4)).astype(np.float32)
 
 
 @harness
-def shard_placement(shard_batch: Callable[[Any, Any], Any]) -> dict[str, Any]:
-    """The kernel's side of :func:`check_shard_batch`: ``shard_batch`` on 8 examples over the 2 devices'
-    ``"batch"`` mesh: whether it gave a ``jax.Array``, its shape and values, and each shard's device
-    (0, 1: the two; below 0: another) and data."""
+def shard_placement(shard_batch: Callable[[Any, Any], Any], seed: Optional[int] = None) -> dict[str, Any]:
+    """The kernel's side of :func:`check_shard_batch`: ``shard_batch`` on 8 examples (:func:`_shard_input`)
+    over the 2 devices' ``"batch"`` mesh: whether it gave a ``jax.Array``, its shape and values, and each
+    shard's device (0, 1: the two; below 0: another) and data."""
     import jax
 
     devices = two_devices()
-    out = shard_batch(_shard_input(), _batch_mesh(devices))
+    out = shard_batch(_shard_input(seed), _batch_mesh(devices))
     if not isinstance(out, jax.Array):
         return {"array": False}
     return {
@@ -260,24 +280,27 @@ def shard_labels(shard_batch: Callable[[Any, Any], Any]) -> dict[str, Any]:
 
 
 @harness
-def shard_training(shard_batch: Callable[[Any, Any], Any]) -> np.ndarray:
-    """The update of :func:`train_update` under ``DataParallel``, the batch and labels placed by ``shard_batch``."""
+def shard_training(shard_batch: Callable[[Any, Any], Any], seed: Optional[int] = None) -> np.ndarray:
+    """The update of :func:`train_update` under ``DataParallel`` from ``seed``, the batch and labels
+    placed by ``shard_batch``."""
     import keras
 
     devices = two_devices()
     mesh = _batch_mesh(devices)
     with same_footing(devices):
         two, _, _ = train_update(
-            keras.distribution.DataParallel(devices=devices), place=lambda a: shard_batch(a, mesh)
+            keras.distribution.DataParallel(devices=devices), place=lambda a: shard_batch(a, mesh), seed=seed
         )
     return two
 
 
 def check_shard_batch(shard_batch: Callable[[Any, Any], Any]) -> None:
     """``shard_batch(x, mesh)``: ``x`` as one global ``jax.Array``, its examples split over ``"batch"``."""
+    seed = _drawn_seed()  # grading: examples and starting weights the student never saw
+    drawn = () if seed is None else (seed,)  # a notebook's calls stay as they were
     with exercise("jax_shard_batch"):
-        x = _shard_input()
-        out = _sent(in_kernel(shard_placement, shard_batch), "array")
+        x = _shard_input(seed)
+        out = _sent(in_kernel(shard_placement, shard_batch, *drawn), "array")
         expect(
             out["array"] is True,
             "Return a jax.Array placed on the mesh's devices, not a NumPy array.",
@@ -314,8 +337,8 @@ def check_shard_batch(shard_batch: Callable[[Any, Any], Any]) -> None:
             np.array_equal(held[0], x[:4]) and np.array_equal(held[1], x[4:]),
             "The first device should hold the first half of the batch, the second the second half.",
         )
-        two = _vector(in_kernel(shard_training, shard_batch))
-        one, _ = one_device(2)
+        two = _vector(in_kernel(shard_training, shard_batch, *drawn))
+        one, _ = one_device(2, seed)
         _same_update(two, one, "Two steps on your sharded batch should give one device's update")
     passed("jax_shard_batch", "each device holds its 4 examples; two steps on them give one device's update.")
 
@@ -364,23 +387,37 @@ def port_loss_shape(port_loss: Callable[[Any, Any], Any]) -> list[int]:
 
 
 @harness
-def port_loss_training(port_loss: Callable[[Any, Any], Any]) -> dict[str, Any]:
-    """One SGD step of :func:`train_update` under ``DataParallel`` with ``port_loss``: update and loss."""
+def port_loss_training(port_loss: Callable[[Any, Any], Any], seed: Optional[int] = None) -> dict[str, Any]:
+    """One SGD step of :func:`train_update` under ``DataParallel`` from ``seed`` with ``port_loss``:
+    update and loss."""
     import keras
 
     devices = two_devices()
     with same_footing(devices):
         two, loss, _ = train_update(
-            keras.distribution.DataParallel(devices=devices), loss_of=port_loss, steps=1
+            keras.distribution.DataParallel(devices=devices), loss_of=port_loss, steps=1, seed=seed
         )
     return {"update": two, "loss": loss}
 
 
+def _small_labels(examples: int, classes: int, seed: Optional[int]) -> np.ndarray:
+    """:func:`port_loss_small`'s labels: the first of :func:`check_data`'s in a notebook, else ``seed``'s."""
+    if seed is None:
+        return check_data()[1][:examples]
+    return np.random.default_rng(seed).integers(0, classes, size=examples).astype(np.int32)
+
+
 @harness
-def port_loss_small(port_loss: Callable[[Any, Any], Any]) -> float:
-    """``port_loss`` on :data:`SMALL_BATCH` labels and zero logits."""
-    _, y = check_data()
-    return float(port_loss(y[:SMALL_BATCH], np.zeros((SMALL_BATCH, CLASSES), np.float32)))
+def port_loss_small(
+    port_loss: Callable[[Any, Any], Any],
+    examples: int = SMALL_BATCH,
+    classes: int = CLASSES,
+    seed: Optional[int] = None,
+) -> float:
+    """``port_loss`` on ``examples`` labels of ``classes`` classes and zero logits (each example's
+    loss is log ``classes``)."""
+    y = _small_labels(examples, classes, seed)
+    return float(port_loss(y, np.zeros((examples, classes), np.float32)))
 
 
 def _number(value: Any) -> float:
@@ -389,6 +426,13 @@ def _number(value: Any) -> float:
 
 def check_port_loss(port_loss: Callable[[Any, Any], Any]) -> None:
     """``port_loss(y, logits)`` in a jitted step on 2 devices gives the update of one device."""
+    seed = _drawn_seed()  # grading: examples and starting weights the student never saw,
+    small_batch, classes, rng = SMALL_BATCH, CLASSES, unseen()
+    if rng is not None:  # and a small batch a fixed divisor misses, each example's loss not log 3
+        small_batch = rng.choice([n for n in range(4, EXAMPLES) if n != SMALL_BATCH])
+        classes = rng.choice([2, 4, 5])
+    trains: tuple[int, ...] = () if seed is None else (seed,)  # a notebook's calls stay as they were
+    smalls: tuple[int, ...] = () if seed is None else (small_batch, classes, seed)
     with exercise("jax_port_loss"):
         sent = in_kernel(port_loss_shape, port_loss)
         expect(isinstance(sent, list), _UNREAD)
@@ -398,8 +442,8 @@ def check_port_loss(port_loss: Callable[[Any, Any], Any]) -> None:
             f"Your loss has shape {shape}: return one number, the mean over the batch, not one per example.",
         )
         devices = 2  # the check's DataParallel runs on two_devices()
-        one, one_loss = one_device(1)  # one SGD step each: a mistake is an exact factor
-        trained = _sent(in_kernel(port_loss_training, port_loss), "update", "loss")
+        one, one_loss = one_device(1, seed)  # one SGD step each: a mistake is an exact factor
+        trained = _sent(in_kernel(port_loss_training, port_loss, *trains), "update", "loss")
         two, two_loss = _vector(trained["update"]), _number(trained["loss"])
         ratio = compare.factor(two, one)
         expect(
@@ -423,11 +467,11 @@ def check_port_loss(port_loss: Callable[[Any, Any], Any]) -> None:
             f"The loss your step returns is {two_loss:.6g}, one device's {one_loss:.6g}: return the mean "
             "over the global batch.",
         )
-        # zero logits: each example's loss is log(CLASSES), so the mean is too (a fixed / 16 is not)
-        small = _number(in_kernel(port_loss_small, port_loss))
+        # zero logits: each example's loss is log(classes), so the mean is too (a fixed / 16 is not)
+        small = _number(in_kernel(port_loss_small, port_loss, *smalls))
         expect(
-            abs(small - np.log(CLASSES)) <= 1e-5 * np.log(CLASSES),
-            f"On {SMALL_BATCH} examples of loss log {CLASSES} each, yours gives {small:.4f}: your divisor is a "
+            abs(small - np.log(classes)) <= 1e-5 * np.log(classes),
+            f"On {small_batch} examples of loss log {classes} each, yours gives {small:.4f}: your divisor is a "
             "fixed number, not the batch the step receives.",
         )
     passed("jax_port_loss", "on 2 devices the ported step gives the update and the loss of one device.")
@@ -475,10 +519,11 @@ _SPLIT = {"up kernel": ("up", "kernel"), "down kernel": ("down", "kernel"), "up 
 
 
 @harness
-def tensor_parallel_run(tensor_parallel: Callable[[list], Any]) -> dict[str, Any]:
+def tensor_parallel_run(tensor_parallel: Callable[[list], Any], seed: Optional[int] = None) -> dict[str, Any]:
     """The kernel's side of :func:`check_tensor_parallel`: ``tensor_parallel(two_devices())``'s mesh (axes,
     shape), keys and each key's number of dimensions, then two steps of :func:`train_update` under
-    ``ModelParallel`` of it: the update and the shard shapes of each weight (or what training raised)."""
+    ``ModelParallel`` of it from ``seed``: the update and the shard shapes of each weight (or what training
+    raised)."""
     import keras
 
     devices = two_devices()
@@ -497,7 +542,7 @@ def tensor_parallel_run(tensor_parallel: Callable[[list], Any]) -> dict[str, Any
     try:  # trained whatever the check says of the keys: their hint comes first
         distribution = keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
         with same_footing(devices):
-            run["update"], _, model = train_update(distribution)
+            run["update"], _, model = train_update(distribution, seed=seed)
         run["shards"] = {
             name: _shard_shapes(getattr(model.get_layer(layer), weight))
             for name, (layer, weight) in _SPLIT.items()
@@ -511,8 +556,11 @@ def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
     """``tensor_parallel(devices)`` returns Megatron's ``LayoutMap`` on a (batch 1, model 2) mesh:
     ``block/up/kernel`` and ``block/up/bias`` split by columns, ``block/down/kernel`` by rows,
     ``block/down/bias`` whole (added once, after the all-reduce of the partial outputs)."""
+    seed = _drawn_seed()  # grading: examples and starting weights the student never saw
     with exercise("jax_tensor_parallel"):
-        run = _sent(in_kernel(tensor_parallel_run, tensor_parallel), "layout_map")
+        run = _sent(
+            in_kernel(tensor_parallel_run, tensor_parallel, *(() if seed is None else (seed,))), "layout_map"
+        )
         expect(
             run["layout_map"] is True,
             "Return the keras.distribution.LayoutMap (the check builds ModelParallel from it).",
@@ -537,7 +585,7 @@ def check_tensor_parallel(tensor_parallel: Callable[[list], Any]) -> None:
             raise ExerciseError(f"your code raised {run['raised']}")
         run = _sent(run, "update", "shards")
         two, shards = _vector(run["update"]), _sent(run["shards"], *_SPLIT)
-        one, _ = one_device(2)
+        one, _ = one_device(2, seed)
         up, down = _shapes(shards["up kernel"]), _shapes(shards["down kernel"])
         expect(
             up != {(8, 16)},
@@ -655,40 +703,110 @@ def measured_collectives() -> dict[str, dict[str, int]]:
     }
 
 
-def jax_references() -> dict[str, Any]:
-    """What the checks compare with, measured where Keras runs on JAX: :func:`measured_collectives`
-    and :func:`one_device`'s update and loss after 1 and 2 steps, as JSON."""
+def jax_references(seed: Optional[int] = None) -> dict[str, Any]:
+    """What the checks compare with, measured where Keras runs on JAX, as JSON: :func:`one_device`'s
+    update and loss after 1 and 2 steps from ``seed``'s data and weights, and for the notebook's
+    (``seed`` ``None``) :func:`measured_collectives` too."""
     updates = {}
     for steps in (1, 2):
-        update, loss = one_device(steps)
+        update, loss = one_device(steps, seed)
         updates[str(steps)] = {"update": update.tolist(), "loss": loss}
-    return {"collectives": measured_collectives(), "one device": updates}
+    found: dict[str, Any] = {"one device": updates}
+    if seed is None:
+        found["collectives"] = measured_collectives()
+    return found
 
 
-@functools.lru_cache(maxsize=1)
-def _references_in_a_jax_process() -> dict[str, Any]:
-    """:func:`jax_references` in a fresh process with Keras on JAX and 2 CPU devices, once a process:
-    a grader pays it once for a whole class."""
-    from ..processes import last_result, run_python
+def serve_references() -> None:
+    """The loop of :func:`_references_in_a_jax_process`'s process (Keras on JAX): for each line of stdin,
+    a JSON seed (or ``null``), one result line of :func:`jax_references` for it, or of what it raised."""
+    import json
 
-    code = (
-        "from course_utils import config\nfrom course_utils.lessons.keras_on_jax import setup_jax\n"
-        "setup_jax(config.load(), cpus=2, show_report=False)\n"
-        "from course_utils.exercises import keras_distribution_on_jax as ex\n"
-        "from course_utils.processes import print_result\nprint_result(ex.jax_references())\n"
-    )
-    result = run_python(code, env={"KERAS_BACKEND": "jax", "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"})
-    if not result.ok:
-        raise ExerciseError(
-            f"computing the references on JAX failed: {last_error_line(result.stderr) or result.returncode}"
+    from ..processes import print_result
+
+    for line in sys.stdin:
+        try:
+            found = jax_references(json.loads(line))
+        except Exception as error:  # said to the judge, which raises it as the grader's failure
+            found = {"error": describe_raised(error)}
+        print_result(found)
+
+
+#: The judge's Keras-on-JAX processes (:func:`serve_references`: process, its lines, its stderr), one
+#: unless one failed, and the references they sent, by seed.
+_JAX: list[tuple[Any, Any, Any]] = []
+_FOUND: dict[Optional[int], dict[str, Any]] = {}
+
+
+def _references_in_a_jax_process(seed: Optional[int] = None) -> dict[str, Any]:
+    """:func:`jax_references` ``(seed)`` from a process with Keras on JAX and 2 CPU devices, started
+    once and kept: a grader pays its start once for a whole class, and each seed a few steps."""
+    import json
+    import queue
+    import subprocess
+    import tempfile
+    import threading
+
+    from ..processes import QUIET_TF, parse_result
+
+    if seed in _FOUND:
+        return _FOUND[seed]
+    if not (_JAX and _JAX[-1][0].poll() is None):
+        code = (
+            "from course_utils import config\nfrom course_utils.lessons.keras_on_jax import setup_jax\n"
+            "setup_jax(config.load(), cpus=2, show_report=False)\n"
+            "from course_utils.exercises import keras_distribution_on_jax as ex\nex.serve_references()\n"
         )
-    data: dict[str, Any] = last_result(result.stdout)
-    return data
+        env = {**os.environ, **QUIET_TF, "KERAS_BACKEND": "jax", "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+        errors, lines = tempfile.TemporaryFile(mode="w+"), queue.Queue()  # type: ignore[var-annotated]
+        process: Any = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+            text=True, env=env, start_new_session=True,
+        )  # fmt: skip
+        threading.Thread(target=_forward, args=(process.stdout, lines), daemon=True).start()
+        atexit.register(_stop, process)
+        _JAX.append((process, lines, errors))
+    process, lines, errors = _JAX[-1]
+    found = None
+    with contextlib.suppress(OSError, queue.Empty):  # start-up included: JAX, Keras, the steps compiled
+        process.stdin.write(json.dumps(seed) + "\n")
+        process.stdin.flush()
+        while found is None and (line := lines.get(timeout=300)):
+            found = parse_result(line)
+    if not isinstance(found, dict) or "error" in found:
+        _stop(process)
+        errors.seek(0)
+        said = found["error"] if isinstance(found, dict) else last_error_line(errors.read()) or "no reply"
+        raise ExerciseError(f"computing the references on JAX failed: {said}")
+    if len(_FOUND) >= 64:  # a class's seeds are each used once
+        _FOUND.clear()
+    _FOUND[seed] = found
+    return found
+
+
+def _forward(stream: Any, lines: Any) -> None:
+    """Each line of ``stream`` into the queue ``lines``, then ``""`` (the process ended)."""
+    for line in stream:
+        lines.put(line)
+    lines.put("")
+
+
+def _stop(process: Any) -> None:
+    """End a :func:`serve_references` process: its stdin closed, it ends; killed if it does not."""
+    import subprocess
+
+    with contextlib.suppress(OSError, ValueError):
+        process.stdin.close()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def reference_collectives() -> dict[str, dict[str, int]]:
-    """:func:`measured_collectives` here when Keras runs on JAX (the notebook), else in a fresh
-    process with Keras on JAX and 2 CPU devices (a grader whose Keras runs on TensorFlow)."""
+    """:func:`measured_collectives` here when Keras runs on JAX (the notebook), else in a process with
+    Keras on JAX and 2 CPU devices (a grader whose Keras runs on TensorFlow)."""
     if _on_jax():
         return measured_collectives()
     collectives: dict[str, dict[str, int]] = _references_in_a_jax_process()["collectives"]
