@@ -1122,10 +1122,18 @@ def test_every_master_earns_full_points_from_the_real_grader(tmp_path) -> None:
     assert report.get("results") and not wrong, wrong
 
 
-@pytest.mark.parametrize("name, at_least", [("07_multi_worker_training", 5), ("03_keras_model_fit", 15)])
+@pytest.mark.parametrize(
+    "name, at_least",
+    [
+        ("03_keras_model_fit", 15),
+        ("05_loss_scaling_pitfalls", 1),
+        ("07_multi_worker_training", 5),
+        ("10_capstone", 2),
+    ],
+)
 def test_cells_tagged_grading_skip_are_left_out_of_a_grading_run(name: str, at_least: int) -> None:
-    """07's cluster and fit runs and 03's training runs, tagged grading-skip (they only show), are
-    left out; the masters still earn full points without them
+    """07's cluster and fit runs, 03's training runs, 05's policy demonstration and 10's naive and
+    right-loss runs, tagged grading-skip (they only show), are left out; the masters still earn full points without them
     (test_every_master_earns_full_points_from_the_real_grader) and the tag is not on a cell an
     answer or a check needs: an untagged cell of the context reads nothing only a tagged cell binds."""
     nb = course.load_course(ROOT).notebooks[name]
