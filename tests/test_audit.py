@@ -65,6 +65,25 @@ TRICKS = {
     ),
     "harness registry by name": ("reg = m.HARNESSES", "uses `HARNESSES`, the course's own implementation"),
     "attrgetter": ("from operator import attrgetter\nf = attrgetter(name)(obj)", "calls `attrgetter()`"),
+    # names written out are read as an attribute would be; getattr handed around is a finding
+    "nested getattr": (
+        'm = getattr(getattr(course_utils, "exercises"), "HARNESSES")',
+        "reaches `exercises` by name, where the course's checks and answers live",
+    ),
+    "getattr reduced": (
+        'import functools\nm = functools.reduce(getattr, ["exer" + "cises", "HARNESSES"], course_utils)',
+        "uses `getattr` as a value",
+    ),
+    "operator.attrgetter": (
+        'import operator\nm = operator.attrgetter("exercises.HARN" + "ESSES")(course_utils)',
+        "calls `attrgetter()` with a name it computes",
+    ),
+    "attrgetter, dotted": (
+        'import operator\nm = operator.attrgetter("exercises.HARNESSES")(course_utils)',
+        "reaches `HARNESSES` by name, the course's own implementation",
+    ),
+    "getattr aliased": ('g = getattr\nm = g(course_utils, "exer" + "cises")', "uses `getattr` as a value"),
+    "a dunder by name": ('g = getattr(f, "__globals__")', "reaches `__globals__` by name"),
     "IPython hooks": ("get_ipython().events.register('post_run_cell', print)", "calls `get_ipython()`"),
 }
 
@@ -111,6 +130,8 @@ def loss(labels, logits, global_batch):
 
 print(f"passed {np.allclose(1, 1)}")
 rate = getattr(optimizer, "learning_rate", 0.01)
+if hasattr(model, "optimizer"):
+    steps = getattr(model.optimizer, "iterations")
 """
     assert audit.audit("ex", honest) == []
 

@@ -652,15 +652,14 @@ def test_report_says_what_the_verdict_does_with_errors_inside_a_check(graded_cla
     assert "the student's code raised while the check called it" in md.split("**error**")[0]
     docs = (ROOT / "docs" / "grading.md").read_text()
     assert "the status is `failed`" in docs
-    graded = _graded(course.load_course(graded_class.course))
-    (a, _) = _two(graded)
-    raised = "Exercise uneven_mean: your function raised ZeroDivisionError"
-    run = _run(
-        {a.solution: _cell("ok"), a.check: _cell("ok")},
-        started=True,
-        judged={"uneven_mean": ("failed", raised)},
-    )
-    assert verdict.of_run(graded, run, runner.RunOptions()).exercises[0].status == "failed"
+    from judging import judged
+
+    def global_batch(strategy, per_replica):
+        return per_replica // 0
+
+    # The judge calls the student's function in the kernel; its error comes back as the check's hint.
+    status, message = judged("global_batch", {"global_batch": global_batch})
+    assert status == "failed" and "ZeroDivisionError" in message, message
 
 
 # --------------------------------------------------------------------------- shards and merge
@@ -1122,88 +1121,103 @@ def test_every_master_earns_full_points_from_the_real_grader(tmp_path) -> None:
     assert report.get("results") and not wrong, wrong
 
 
-@pytest.mark.parametrize(
-    "name, at_least",
-    [
-        ("03_keras_model_fit", 15),
-        ("05_loss_scaling_pitfalls", 1),
-        ("07_multi_worker_training", 5),
-        ("10_capstone", 2),
-    ],
+#: The masters with cells tagged grading-skip, read from the masters themselves.
+TAGGED = sorted(
+    p.stem
+    for p in (ROOT / "solutions").glob("*.ipynb")
+    if any(extract.SKIP_TAG in c.metadata.get("tags", []) for c in nbformat.read(p, as_version=4).cells)
 )
-def test_cells_tagged_grading_skip_are_left_out_of_a_grading_run(name: str, at_least: int) -> None:
+
+
+def test_the_courses_demonstration_runs_are_tagged_grading_skip() -> None:
     """07's cluster and fit runs, 03's training runs, 05's policy demonstration and 10's naive and
-    right-loss runs, tagged grading-skip (they only show), are left out; the masters still earn full points without them
-    (test_every_master_earns_full_points_from_the_real_grader) and the tag is not on a cell an
-    answer or a check needs: an untagged cell of the context reads nothing only a tagged cell binds."""
+    right-loss runs only show something; without them, those notebooks grade in under 20 s."""
+    assert {
+        "03_keras_model_fit",
+        "05_loss_scaling_pitfalls",
+        "07_multi_worker_training",
+        "10_capstone",
+    } <= set(TAGGED)
+
+
+@pytest.mark.parametrize("name", TAGGED)
+def test_cells_tagged_grading_skip_are_left_out_of_a_grading_run(name: str) -> None:
+    """A master's cells tagged grading-skip are left out of its grading run, and the tag is on no
+    cell an answer or a check needs: no cell of the context reads a name only tagged cells bind,
+    nor one that a tagged cell rebinds before it (the masters still earn full points without
+    them: test_every_master_earns_full_points_from_the_real_grader)."""
     nb = course.load_course(ROOT).notebooks[name]
     answers = extract.find_answers(submission_of(nb.master), nb)
-    skipped = [c.source for c in nb.master.cells if extract.SKIP_TAG in c.metadata.get("tags", [])]
-    assert len(skipped) >= at_least
     graded = [c.source for c in extract.build(nb, answers).notebook.cells if c.cell_type == "code"]
-    assert not set(skipped) & set(graded)
-    only_skipped = set().union(*(context.bound_names(code.parse(s)) for s in skipped)) - set().union(
-        *(context.bound_names(t) for s in graded if (t := code.parse(s)) is not None)
-    )
-    for source in graded:
-        tree = code.parse(source)
-        reads = context.needed_names(tree, source) if tree is not None else set()
-        assert not reads & only_skipped, (name, sorted(reads & only_skipped), source[:80])
+    last = max(ex.check_cell for ex in nb.exercises)
+    cells = [c for c in nb.master.cells[: last + 1] if c.cell_type == "code"]
+    tagged = [k for k, c in enumerate(cells) if extract.SKIP_TAG in c.metadata.get("tags", [])]
+    assert tagged and not {cells[k].source for k in tagged} & set(graded)
+    kept = [k for k, c in enumerate(cells) if c.source in graded]
+    trees = {k: code.parse(c.source) for k, c in enumerate(cells)}
+    bound = {k: context.bound_names(t) if t is not None else set() for k, t in trees.items()}
+    for k in kept:
+        tree = trees[k]
+        reads = context.needed_names(tree, cells[k].source) if tree is not None else set()
+        for t in (t for t in tagged if t < k):
+            # the value a kept cell reads is the one kept cells made: no tagged cell binds it
+            # after the last kept cell that does, and a name no kept cell binds is bound by none
+            last_kept = max((j for j in kept if j < k and bound[j] & bound[t] & reads), default=-1)
+            assert not (bound[t] & reads and t > last_kept), (
+                name,
+                sorted(bound[t] & reads),
+                cells[k].source[:80],
+            )
 
 
-#: 01's replica_step answered wrong (the per-replica mean), with the harness that runs it for the
-#: judge replaced in the kernel by one that runs a right step instead (the registry reached by a
-#: name the answer puts together at run time).
+#: 05's global_moments answered wrong (each replica's own moments), with the harness that runs it
+#: for the judge replaced in the kernel by one that runs a right answer instead: the registry
+#: reached by names the answer puts together at run time, so that the only thing the audit finds
+#: is those computed names (no import or name of the course's own code).
 HARNESS_FORGER = """\
-import course_utils.exercises.data_parallelism
+def global_moments(x):
+    mean = tf.reduce_mean(x, axis=0)
+    return mean, tf.reduce_mean(x * x, axis=0) - mean * mean
 
 
-def make_replica_step(kernel, bias, global_batch):
-    def replica_step(x, y):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, x @ kernel + bias))
-        return tape.gradient(loss, [kernel, bias])
-
-    return replica_step
-
-
-def _right(kernel, bias, global_batch):
-    def replica_step(x, y):
-        with tf.GradientTape() as tape:
-            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(y, x @ kernel + bias)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-        return tape.gradient(loss, [kernel, bias])
-
-    return replica_step
+def _right(x):
+    context = tf.distribute.get_replica_context()
+    count = tf.cast(tf.shape(x)[0], x.dtype)
+    total, squares, count = context.all_reduce(
+        tf.distribute.ReduceOp.SUM, [tf.reduce_sum(x, axis=0), tf.reduce_sum(x * x, axis=0), count]
+    )
+    mean = total / count
+    return mean, squares / count - mean * mean
 
 
-_registry = getattr(course_utils, "exer" + "cises").HARNESSES
-_real = _registry["data_parallelism.replica_step_run"]
-_registry["data_parallelism.replica_step_run"] = lambda f, *a, **k: _real(_right, *a, **k)
+_registry = getattr(getattr(course_utils, "exer" + "cises"), "HARN" + "ESSES")
+_real = _registry["loss_scaling_pitfalls.moments_on_replicas"]
+_registry["loss_scaling_pitfalls.moments_on_replicas"] = lambda f, *a, **k: _real(_right, *a, **k)
 """
 
 
 def test_a_harness_replaced_in_the_kernel_earns_nothing_in_a_real_run(tmp_path) -> None:
     """In a real grading run (default settings, sandbox where the machine has one), a kernel whose
-    harness reports a right step for a wrong answer gets a pass from the judge, which it cannot
+    harness reports a right answer's run for a wrong answer gets a pass from the judge, which it cannot
     tell from an honest report; the pass rests on the kernel's report and the audit found the
     trick, so it is flagged and earns 0. The same wrong answer without the trick fails."""
-    master = ROOT / "solutions" / "01_data_parallelism.ipynb"
+    master = ROOT / "solutions" / "05_loss_scaling_pitfalls.ipynb"
     folder = tmp_path / "class"
     folder.mkdir()
     for student, forge in (("forger", True), ("wrong", False)):
         nb = nbformat.read(master, as_version=4)
-        cell = next(c for c in nb.cells if role(c) == "solution" and exercise_id(c) == "replica_step")
-        wrong = HARNESS_FORGER.split("\n\n\ndef _right")[0].split("\n", 1)[1]
-        cell.source = HARNESS_FORGER if forge else wrong
+        cell = next(c for c in nb.cells if role(c) == "solution" and exercise_id(c) == "global_moments")
+        cell.source = HARNESS_FORGER if forge else HARNESS_FORGER.split("\n\n\ndef _right")[0]
         nbformat.write(nb, folder / f"{student}.ipynb")
     done = _grade_command(
         [sys.executable, "-m", "course_tools.grade", str(folder), "--out", str(tmp_path / "out")], tmp_path
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "out" / "report.json").read_text())["results"]
-    got = {r["student"]: next(e for e in r["exercises"] if e["id"] == "replica_step") for r in results}
+    got = {r["student"]: next(e for e in r["exercises"] if e["id"] == "global_moments") for r in results}
     assert got["forger"]["status"] == "flagged" and got["forger"]["points"] == 0, got["forger"]
     assert "calls `getattr()` with a name it computes" in got["forger"]["message"]
     assert "The check said: passed" in got["forger"]["message"]
+    # nothing that calls the course's own code: the flag rests on the pass being the kernel's report
+    assert "the course's" not in got["forger"]["message"].split("The check said")[0]
     assert got["wrong"]["status"] == "failed" and got["wrong"]["points"] == 0, got["wrong"]

@@ -4,7 +4,7 @@ The grader never trusts the notebook a student hands in. It reads every submissi
 finds which course notebook each one is, picks out the student's code for each exercise, and
 builds a *graded notebook*: the canonical master with each exercise's solution cell replaced by
 the student's code, each check cell replaced by a call that hands the student's functions to the
-*judge*, and no outputs, tags or nbval markers. That notebook runs under pytest + nbval (lax mode,
+*judge*, and no outputs or nbval markers. That notebook runs under pytest + nbval (lax mode,
 one kernel per submission) in a temporary folder of its own, inside an OS sandbox where the
 machine allows one. The judge (:mod:`.judge`), a process that never runs student code, runs each
 check: what the student's code does crosses from the kernel as plain data, and the judge computes

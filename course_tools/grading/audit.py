@@ -10,7 +10,8 @@ before anything runs, and lists each place that
 * imports or reaches the course's checks, references or grader (``course_utils.exercises``,
   ``.checks``, ``.reference``, ``.capstone``, ``.grading``, ``.grade``, ``tutorial_train_step``);
 * assigns to, or deletes, an attribute of a module (``np.allclose = ...``, ``sys.stdout = ...``);
-* uses Python's back doors: ``setattr``/``delattr``, ``getattr`` with a computed name,
+* uses Python's back doors: ``setattr``/``delattr``, ``getattr`` (or ``operator.attrgetter``)
+  with a computed name, with one of the names above, or handed around as a value,
   ``exec``/``eval``/``compile``/``__import__``/``importlib``, ``globals()``/``vars()``,
   ``sys.modules``, ``get_ipython``, the harnesses' registry (``HARNESSES``), dunder
   attributes such as ``__dict__``, ``__globals__`` or ``__code__``, and the modules ``ctypes``,
@@ -36,8 +37,8 @@ PROTECTED_MODULES = frozenset({"exercises", "checks", "reference", "capstone", "
 PROTECTED_NAMES = frozenset(
     {"tutorial_train_step", "padded_reference", "reference_step", "HARNESSES", "in_kernel"}
 )
-#: Built-ins that reach an attribute by a name given as a string.
-NAMED_ACCESS = frozenset({"getattr", "hasattr", "attrgetter"})
+#: Functions that reach an attribute by a name given as a string (``operator``'s too).
+NAMED_ACCESS = frozenset({"getattr", "attrgetter", "methodcaller"})
 #: Calls that change objects or run code out of sight of the syntax tree.
 BACK_DOOR_CALLS = frozenset(
     {"setattr", "delattr", "exec", "eval", "compile", "__import__", "globals", "vars", "get_ipython"}
@@ -170,10 +171,17 @@ def _findings(tree: ast.AST, modules: frozenset[str]) -> Iterator[tuple[int, str
             program = code.parse(text) if text else None
             if program is not None:
                 yield from _findings(program, modules | module_names([text]))
+    calls = {id(node.func): node for node in ast.walk(tree) if isinstance(node, ast.Call)}
     for node in ast.walk(tree):
         if id(node) in allowed:
             continue
         line = getattr(node, "lineno", 0)
+        accessor = (
+            node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        )
+        if accessor in NAMED_ACCESS:
+            yield from ((line, what) for what in _named_access(accessor, calls.get(id(node))))
+            continue
         for name in _imported_modules(node):
             parts = name.split(".")
             if parts[0] == "course_tools" or (
@@ -206,15 +214,32 @@ def _findings(tree: ast.AST, modules: frozenset[str]) -> Iterator[tuple[int, str
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id in BACK_DOOR_CALLS:  # the built-in, not a method (``model.compile()``)
                 yield line, f"calls `{node.func.id}()`"
-            elif node.func.id in NAMED_ACCESS and not _literal_names(node):
-                yield line, f"calls `{node.func.id}()` with a name it computes"
 
 
-def _literal_names(call: ast.Call) -> bool:
-    """Whether the attribute names ``getattr(obj, "name")`` (or ``attrgetter("a", "b")``) reaches
-    are written out in the source, where the audit reads them."""
-    names = call.args[1:2] if call.func.id != "attrgetter" else call.args  # type: ignore[attr-defined]
-    return bool(names) and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in names)
+def _named_access(accessor: str, call: ast.Call | None) -> Iterator[str]:
+    """What ``getattr(obj, NAME)`` (``attrgetter(NAME, ...)``, ``methodcaller(NAME)``) reaches, read
+    as an attribute would be; a name the source does not write out, or the function used as a
+    value (``g = getattr``, ``reduce(getattr, names, obj)``), is a finding of its own."""
+    if call is None:
+        yield f"uses `{accessor}` as a value (it reaches attributes by names the audit cannot read)"
+        return
+    args = (
+        call.args[1:2]
+        if accessor == "getattr"
+        else call.args[:1]
+        if accessor == "methodcaller"
+        else call.args
+    )
+    if not args or not all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in args):
+        yield f"calls `{accessor}()` with a name it computes"
+        return
+    for part in (p for a in args for p in str(a.value).split(".")):  # type: ignore[attr-defined]
+        if part in PROTECTED_MODULES:
+            yield f"reaches `{part}` by name, where the course's checks and answers live"
+        elif part in PROTECTED_NAMES:
+            yield f"reaches `{part}` by name, the course's own implementation"
+        elif part in DUNDERS:
+            yield f"reaches `{part}` by name"
 
 
 def borrows(finding: Finding) -> bool:

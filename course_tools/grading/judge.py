@@ -1,7 +1,7 @@
 """Graders (inside the runner): the judge, a process that never runs student code and decides the grade.
 
-For the exercises in :data:`JUDGED`, the grading run does not run the check in the student's
-kernel. The check cell of the graded notebook becomes ``serve(ID, name=function)``
+For every exercise (each has its entry in :data:`JUDGED`), the grading run does not run the check
+in the student's kernel. The check cell of the graded notebook becomes ``serve(ID, name=function)``
 (:func:`serve_source`, and :mod:`course_tools.grading.answers` on the kernel's side); the runner starts
 this module as a process of its own (``python -m course_tools.grading.judge``) and gives it each run's
 job before that run's notebook starts.
@@ -97,8 +97,8 @@ class Judged:
 
 
 # fmt: off
-#: The exercises judged outside the student's kernel: those whose answers are plain data (numbers,
-#: lists, arrays; functions of them; predictions). The others still run their check in the kernel.
+#: How the judge calls each exercise's check outside the student's kernel: every exercise of the
+#: course has its entry (a graded notebook refuses one without).
 JUDGED: dict[str, Judged] = {
     "uneven_mean": Judged("setup_and_hardware", "check_uneven_mean", ("returns:uneven_mean",)),
     "data_parallel_gradient": Judged("data_parallelism", "check_data_parallel_gradient",

@@ -21,10 +21,10 @@ class Status(str, enum.Enum):
     # An exercise's.
     PASSED = "passed"  # the judge's check passed: the exercise earns its points
     FAILED = "failed"  # the check raised ExerciseError: the answer is wrong (its message is the hint)
-    ERROR = "error"  # the answer's cell raised, the check could not run, the kernel died
+    ERROR = "error"  # the answer's cell raised, the grader could not call it, the kernel died
     TIMEOUT = "timeout"  # did not finish in time, or not reached before the notebook's time ran out
     MISSING = "missing"  # no code for the exercise was found
-    FLAGGED = "flagged"  # the audit found a trick: no points until a person has looked
+    FLAGGED = "flagged"  # a pass the audit asks a person to look at: no points until then
     # A notebook's (and ERROR and TIMEOUT above).
     GRADED = "graded"  # it ran; each exercise has its own status
     INVALID = "invalid"  # unreadable, or no course notebook matches it

@@ -361,7 +361,8 @@ def header(results: list[Result], run: dict[str, Any]) -> list[str]:
         "**failed** the check raised ExerciseError: the answer is wrong, or the student's code raised "
         "while the check called it (the hint says why); **error** the student's exercise cell raised, "
         "or the grader could not call the student's code; **timeout** did not finish in time; "
-        "**missing** no code found.",
+        "**missing** no code found; **flagged** a pass the audit asks a person to look at (no points "
+        "until then).",
     ]
     for note in run.get("notes", []):
         lines += ["", note]

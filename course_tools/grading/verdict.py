@@ -191,10 +191,9 @@ def first_row(rows: Sequence[Row], case: Any) -> tuple[Row, str]:
     return row, row.hint.format(c=case)
 
 
-def audited(result: ExerciseResult, findings: Sequence[Any]) -> ExerciseResult:
-    """``flagged`` when the audit found something in the answer (a missing answer stays missing)."""
-    if not findings or result.status is Status.MISSING:
-        return result
+def flagged(result: ExerciseResult, findings: Sequence[Any]) -> ExerciseResult:
+    """A pass the audit found something in (``findings``, at least one): ``flagged``, the judge's
+    verdict quoted."""
     found = "; ".join(str(f) for f in findings[:6]) + (
         f"; and {len(findings) - 6} more" if len(findings) > 6 else ""
     )
@@ -235,7 +234,7 @@ def of_run(graded: GradedNotebook, run: RunResult, options: RunOptions) -> Verdi
         observed = ex.id in run.observed
         borrowed = [f for f in findings if observed or audit.borrows(f)]
         if borrowed and result.status is Status.PASSED:
-            exercises.append(audited(result, borrowed))
+            exercises.append(flagged(result, borrowed))
         else:
             audit_notes += [
                 f"audit note on {ex.id} (its verdict stands): the answer {f}" for f in findings[:3]
