@@ -1221,3 +1221,72 @@ def test_a_harness_replaced_in_the_kernel_earns_nothing_in_a_real_run(tmp_path) 
     # nothing that calls the course's own code: the flag rests on the pass being the kernel's report
     assert "the course's" not in got["forger"]["message"].split("The check said")[0]
     assert got["wrong"]["status"] == "failed" and got["wrong"]["points"] == 0, got["wrong"]
+
+
+def test_a_wait_for_a_dead_kernels_message_ends_at_once() -> None:
+    """The plugin's wait (nbval's get_message in slices): a message already sent is read, a live
+    kernel is waited for until the timeout, a dead one ends the wait as a timeout would, at once."""
+    import queue as _queue
+
+    from course_tools.grading import plugin
+
+    class Kernel:
+        def __init__(self, messages: list, alive: bool) -> None:
+            self.messages, self.alive = messages, alive
+
+        def is_alive(self) -> bool:
+            return self.alive
+
+        def get_message(self, stream: str, timeout: float | None = None) -> object:
+            if self.messages:
+                return self.messages.pop(0)
+            time.sleep(timeout or 0)
+            raise _queue.Empty
+
+    rec = SimpleNamespace(died_at=None)
+    dead = Kernel(["last words"], alive=False)
+    wait = plugin._until_dead(dead, dead.get_message, rec)
+    assert wait("iopub", timeout=600) == "last words"
+    start = time.monotonic()
+    with pytest.raises(_queue.Empty):
+        wait(stream="shell", timeout=600)
+    assert time.monotonic() - start < 2 and rec.died_at is not None
+    alive = Kernel([], alive=True)
+    start = time.monotonic()
+    with pytest.raises(_queue.Empty):
+        plugin._until_dead(alive, alive.get_message, SimpleNamespace(died_at=None))("shell", timeout=1.2)
+    assert 1.1 < time.monotonic() - start < 3
+
+
+def test_a_kernel_killed_while_the_grader_calls_it_ends_the_run_at_once(tmp_path) -> None:
+    """A kernel killed (as for memory) while the judge calls the student's code: the run does not wait
+    out the cell's timeout (300 s here); the exercise is an error that says the kernel died."""
+    master = ROOT / "solutions" / "00_setup_and_hardware.ipynb"
+    nb = nbformat.read(master, as_version=4)
+    cell = next(c for c in nb.cells if role(c) == "solution" and exercise_id(c) == "global_batch")
+    cell.source = "import os\nimport signal\n\n\ndef global_batch(strategy, per_replica):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+    folder = tmp_path / "class"
+    folder.mkdir()
+    nbformat.write(nb, folder / "killed.ipynb")
+    start = time.monotonic()
+    done = _grade_command(
+        [
+            sys.executable,
+            "-m",
+            "course_tools.grade",
+            str(folder),
+            "--out",
+            str(tmp_path / "out"),
+            "--cell-timeout",
+            "300",
+        ],
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert time.monotonic() - start < 120
+    (result,) = json.loads((tmp_path / "out" / "report.json").read_text())["results"]
+    got = {e["id"]: e for e in result["exercises"]}
+    assert got["global_batch"]["status"] == "error" and "died" in got["global_batch"]["message"], got[
+        "global_batch"
+    ]
+    assert got["uneven_mean"]["status"] == "passed"

@@ -5,7 +5,8 @@ student hands in can replace it. For each notebook cell nbval runs, it
 
 * sets the cell's timeout: ``--grade-cell-timeout`` for the student's cells and their checks
   (``--grade-student-cells``), nbval's ``--nbval-cell-timeout`` for the course's own cells;
-* watches the kernel process, to tell a crash (the kernel died) from a slow cell;
+* watches the kernel process, to tell a crash (the kernel died) from a slow cell, and stops
+  waiting for a dead kernel's messages at once (out of memory, say), not at the cell's timeout;
 * writes one JSON line per cell (how it ended, the exception, the outputs) to the file
   descriptor ``--grade-fd``, a pipe to the grader that the kernel does not inherit.
 
@@ -16,10 +17,11 @@ which cells finished.
 from __future__ import annotations
 
 import os
+import queue
 import re
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pytest
 
@@ -112,12 +114,42 @@ def pytest_runtest_call(item: pytest.Item):
     watcher = threading.Thread(target=watch, daemon=True)
     if _alive(kernel):
         watcher.start()
+    if kernel is not None:
+        kernel.get_message = _until_dead(kernel, kernel.get_message, rec)
     try:
         yield
     finally:
         stop.set()
+        if kernel is not None and "get_message" in vars(kernel):
+            del kernel.get_message  # the class's own again
         item.config.option.nbval_cell_timeout = rec.course_timeout
     item._grade_timeout = timeout  # type: ignore[attr-defined]
+
+
+#: How often a wait for the kernel's next message looks whether the kernel is still alive.
+POLL = 0.5
+
+
+def _until_dead(kernel: Any, get_message: Callable[..., Any], rec: Recorder) -> Callable[..., Any]:
+    """nbval's ``kernel.get_message(stream, timeout)``, waiting in slices of :data:`POLL` seconds
+    and raising ``queue.Empty`` (as a timeout does) as soon as the kernel is dead and has nothing
+    left to read: a kernel killed for memory would otherwise hold the cell for its whole timeout
+    (600 s for a course cell, longer than Gradescope's 10 minutes for a whole run)."""
+
+    def wait(stream: str, timeout: Optional[float] = None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = POLL if deadline is None else min(POLL, max(0.0, deadline - time.monotonic()))
+            try:
+                return get_message(stream, timeout=left)
+            except queue.Empty:
+                if not _alive(kernel):
+                    rec.died_at = rec.died_at or time.monotonic()
+                    raise
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    return wait
 
 
 def _outputs(item: pytest.Item) -> list[dict[str, Any]]:
