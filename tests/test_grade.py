@@ -1290,3 +1290,20 @@ def test_a_kernel_killed_while_the_grader_calls_it_ends_the_run_at_once(tmp_path
         "global_batch"
     ]
     assert got["uneven_mean"]["status"] == "passed"
+
+
+def test_the_autograder_says_when_its_container_has_too_little_memory(tmp_path) -> None:
+    """Gradescope's default 768 MB loses kernels to the out-of-memory killer (docs/grading.md, section
+    5): the results say so, and what to raise; cgroup v2 and v1 limits are read, no limit is none."""
+    v2, v1, free = tmp_path / "v2", tmp_path / "v1", tmp_path / "free"
+    v2.mkdir()
+    (v2 / "memory.max").write_text(f"{768 * 1024 * 1024}\n")
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text(f"{2048 * 1024 * 1024}\n")
+    free.mkdir()
+    (free / "memory.max").write_text("max\n")
+    assert gradescope.memory_limit_mb(v2) == 768 and gradescope.memory_limit_mb(v1) == 2048
+    assert gradescope.memory_limit_mb(free) is None and gradescope.memory_limit_mb(tmp_path / "none") is None
+    (note,) = gradescope.memory_note(768)
+    assert "768 MB" in note and "1024 MB" in note and "Autograder Settings" in note
+    assert gradescope.memory_note(1024) == [] and gradescope.memory_note(None) == []

@@ -437,6 +437,38 @@ def results_json(result: Result, course_nb: Any, seconds: float, notes: list[str
     }
 
 
+#: The memory a grading run of any course notebook fits in (measured: every master graded, all
+#: passed, in a 1 GB cgroup; in 768 MB, Gradescope's default, 8 of the 12 lose their kernel or the
+#: judge's JAX process to the kernel's out-of-memory killer). docs/grading.md, section 5.
+NEEDED_MB = 1024
+
+
+def memory_limit_mb(cgroup: Path = Path("/sys/fs/cgroup")) -> Optional[int]:
+    """This container's memory limit in MB (cgroup v2's ``memory.max`` or v1's
+    ``memory/memory.limit_in_bytes``), None when there is none or it cannot be read."""
+    for path in (cgroup / "memory.max", cgroup / "memory" / "memory.limit_in_bytes"):
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 1 << 50:
+            return int(text) // (1024 * 1024)
+        return None
+    return None
+
+
+def memory_note(limit_mb: Optional[int]) -> list[str]:
+    """A line for the results when the container has less memory than a grading run needs."""
+    if limit_mb is None or limit_mb >= NEEDED_MB:
+        return []
+    return [
+        f"This autograder has {limit_mb} MB of memory; the course's grading needs {NEEDED_MB} MB "
+        "(TensorFlow runs in the notebook's kernel and in the grader's judge), so a kernel may be "
+        "killed and show as 'the kernel died'. Instructor: raise the memory in the assignment's "
+        "Autograder Settings."
+    ]
+
+
 def grade_submission(root: Path) -> dict:
     """Grade ``ROOT/submission`` with the configuration in ``ROOT/source``; the results.json content."""
     from . import course as course_mod
@@ -457,6 +489,7 @@ def grade_submission(root: Path) -> dict:
         sub, notes = pick_submission(root / "submission", course, notebook)
     except AutograderError as error:
         return failure(str(error), exercises, time.monotonic() - started)
+    notes += memory_note(memory_limit_mb())
     use_sandbox, _ = sandbox.available()
     options = runner.RunOptions(
         cell_timeout=float(config.get("cell_timeout", 120)),

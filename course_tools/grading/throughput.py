@@ -8,7 +8,7 @@ masters (the honest answers, as a student who solved everything hands them in) a
 ``report.json``: the run's seconds and its peak memory (the whole run and the kernel alone, as
 sampled by :class:`course_utils.processes.PeakMemory`). To measure under a container's limits,
 run this command inside them (docs/grading.md, section 5, gives the course's numbers under
-Gradescope's 768 MB).
+Gradescope-like memory and CPU limits).
 """
 
 from __future__ import annotations
