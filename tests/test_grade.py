@@ -1294,16 +1294,25 @@ def test_a_kernel_killed_while_the_grader_calls_it_ends_the_run_at_once(tmp_path
 
 def test_the_autograder_says_when_its_container_has_too_little_memory(tmp_path) -> None:
     """Gradescope's default 768 MB loses kernels to the out-of-memory killer (docs/grading.md, section
-    5): the results say so, and what to raise; cgroup v2 and v1 limits are read, no limit is none."""
+    5): the results say so, and what to raise. The limit is the process's own cgroup's (v2 or v1, as
+    /proc/self/cgroup names it), else the root's; no limit is none."""
+    mb = 1024 * 1024
     v2, v1, free = tmp_path / "v2", tmp_path / "v1", tmp_path / "free"
-    v2.mkdir()
-    (v2 / "memory.max").write_text(f"{768 * 1024 * 1024}\n")
-    (v1 / "memory").mkdir(parents=True)
-    (v1 / "memory" / "memory.limit_in_bytes").write_text(f"{2048 * 1024 * 1024}\n")
+    (v2 / "job").mkdir(parents=True)
+    (v2 / "memory.max").write_text("max\n")
+    (v2 / "job" / "memory.max").write_text(f"{768 * mb}\n")
+    (tmp_path / "own2").write_text("0::/job\n")
+    (v1 / "memory" / "grader").mkdir(parents=True)
+    (v1 / "memory" / "grader" / "memory.limit_in_bytes").write_text(f"{2048 * mb}\n")
+    (tmp_path / "own1").write_text("7:cpu,cpuacct:/grader\n5:memory:/grader\n")
     free.mkdir()
-    (free / "memory.max").write_text("max\n")
-    assert gradescope.memory_limit_mb(v2) == 768 and gradescope.memory_limit_mb(v1) == 2048
-    assert gradescope.memory_limit_mb(free) is None and gradescope.memory_limit_mb(tmp_path / "none") is None
+    (free / "memory.max").write_text(f"{512 * mb}\n")
+    none = tmp_path / "no-such-file"
+    assert gradescope.memory_limit_mb(v2, tmp_path / "own2") == 768
+    assert gradescope.memory_limit_mb(v2, none) is None  # the root's: "max"
+    assert gradescope.memory_limit_mb(v1, tmp_path / "own1") == 2048
+    assert gradescope.memory_limit_mb(free, none) == 512  # a container: its own cgroup is the root
+    assert gradescope.memory_limit_mb(tmp_path / "empty", none) is None
     (note,) = gradescope.memory_note(768)
     assert "768 MB" in note and "1024 MB" in note and "Autograder Settings" in note
     assert gradescope.memory_note(1024) == [] and gradescope.memory_note(None) == []

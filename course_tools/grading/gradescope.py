@@ -443,10 +443,24 @@ def results_json(result: Result, course_nb: Any, seconds: float, notes: list[str
 NEEDED_MB = 1024
 
 
-def memory_limit_mb(cgroup: Path = Path("/sys/fs/cgroup")) -> Optional[int]:
-    """This container's memory limit in MB (cgroup v2's ``memory.max`` or v1's
-    ``memory/memory.limit_in_bytes``), None when there is none or it cannot be read."""
-    for path in (cgroup / "memory.max", cgroup / "memory" / "memory.limit_in_bytes"):
+def memory_limit_mb(
+    cgroup: Path = Path("/sys/fs/cgroup"), own: Path = Path("/proc/self/cgroup")
+) -> Optional[int]:
+    """This process's memory limit in MB: cgroup v2's ``memory.max`` or v1's
+    ``memory.limit_in_bytes`` of its own cgroup (``own`` names it; in a container that is the
+    root), None when there is none or it cannot be read."""
+    places = []
+    try:
+        for line in own.read_text().splitlines():
+            _, controllers, where = line.split(":", 2)
+            if controllers == "":
+                places.append(cgroup / where.lstrip("/") / "memory.max")
+            elif "memory" in controllers.split(","):
+                places.append(cgroup / "memory" / where.lstrip("/") / "memory.limit_in_bytes")
+    except (OSError, ValueError):
+        pass
+    places += [cgroup / "memory.max", cgroup / "memory" / "memory.limit_in_bytes"]
+    for path in places:
         try:
             text = path.read_text().strip()
         except OSError:
