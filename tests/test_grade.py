@@ -1224,38 +1224,47 @@ def test_a_harness_replaced_in_the_kernel_earns_nothing_in_a_real_run(tmp_path) 
 
 
 def test_a_wait_for_a_dead_kernels_message_ends_at_once() -> None:
-    """The plugin's wait (nbval's get_message in slices): a message already sent is read, a live
-    kernel is waited for until the timeout, a dead one ends the wait as a timeout would, at once."""
+    """The plugin's wait (nbval's get_message in slices): a message already sent is read, also one
+    that arrives just after the kernel died; a live kernel is waited for until the timeout, also
+    when asking whether it lives fails; a dead one ends the wait as a timeout would, at once."""
     import queue as _queue
 
     from course_tools.grading import plugin
 
     class Kernel:
-        def __init__(self, messages: list, alive: bool) -> None:
+        def __init__(self, messages: list, alive: object) -> None:
             self.messages, self.alive = messages, alive
 
         def is_alive(self) -> bool:
-            return self.alive
+            if isinstance(self.alive, Exception):
+                raise self.alive
+            return bool(self.alive)
 
         def get_message(self, stream: str, timeout: float | None = None) -> object:
-            if self.messages:
-                return self.messages.pop(0)
-            time.sleep(timeout or 0)
-            raise _queue.Empty
+            message = self.messages.pop(0) if self.messages else None
+            if message is None:
+                time.sleep(timeout or 0)
+                raise _queue.Empty
+            return message
 
     rec = SimpleNamespace(died_at=None)
-    dead = Kernel(["last words"], alive=False)
+    dead = Kernel(["last words", None, "late words"], alive=False)
     wait = plugin._until_dead(dead, dead.get_message, rec)
-    assert wait("iopub", timeout=600) == "last words"
+    assert wait("iopub", timeout=5) == "last words"
+    assert wait("iopub", timeout=5) == "late words"  # sent before it died, read one slice later
+    assert rec.died_at is None
     start = time.monotonic()
     with pytest.raises(_queue.Empty):
-        wait(stream="shell", timeout=600)
+        wait(stream="shell", timeout=5)
     assert time.monotonic() - start < 2 and rec.died_at is not None
-    alive = Kernel([], alive=True)
-    start = time.monotonic()
-    with pytest.raises(_queue.Empty):
-        plugin._until_dead(alive, alive.get_message, SimpleNamespace(died_at=None))("shell", timeout=1.2)
-    assert 1.1 < time.monotonic() - start < 3
+    for alive in (True, RuntimeError("no manager")):
+        kernel = Kernel([], alive=alive)
+        start = time.monotonic()
+        with pytest.raises(_queue.Empty):
+            plugin._until_dead(kernel, kernel.get_message, SimpleNamespace(died_at=None))(
+                "shell", timeout=1.2
+            )
+        assert 1.1 < time.monotonic() - start < 3
 
 
 def test_a_kernel_killed_while_the_grader_calls_it_ends_the_run_at_once(tmp_path) -> None:
@@ -1294,25 +1303,30 @@ def test_a_kernel_killed_while_the_grader_calls_it_ends_the_run_at_once(tmp_path
 
 def test_the_autograder_says_when_its_container_has_too_little_memory(tmp_path) -> None:
     """Gradescope's default 768 MB loses kernels to the out-of-memory killer (docs/grading.md, section
-    5): the results say so, and what to raise. The limit is the process's own cgroup's (v2 or v1, as
-    /proc/self/cgroup names it), else the root's; no limit is none."""
+    5): the results say so, and what to raise. The limit is the smallest of the process's own
+    cgroup's (v2 or v1, as /proc/self/cgroup names it) and those above it; no limit is none."""
     mb = 1024 * 1024
     v2, v1, free = tmp_path / "v2", tmp_path / "v1", tmp_path / "free"
-    (v2 / "job").mkdir(parents=True)
-    (v2 / "memory.max").write_text("max\n")
+    (v2 / "job" / "sub").mkdir(parents=True)
     (v2 / "job" / "memory.max").write_text(f"{768 * mb}\n")
-    (tmp_path / "own2").write_text("0::/job\n")
+    (v2 / "job" / "sub" / "memory.max").write_text("max\n")
+    (tmp_path / "own2").write_text("0::/job/sub\n")
     (v1 / "memory" / "grader").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text(f"{4096 * mb}\n")
     (v1 / "memory" / "grader" / "memory.limit_in_bytes").write_text(f"{2048 * mb}\n")
-    (tmp_path / "own1").write_text("7:cpu,cpuacct:/grader\n5:memory:/grader\n")
-    free.mkdir()
-    (free / "memory.max").write_text(f"{512 * mb}\n")
-    none = tmp_path / "no-such-file"
-    assert gradescope.memory_limit_mb(v2, tmp_path / "own2") == 768
-    assert gradescope.memory_limit_mb(v2, none) is None  # the root's: "max"
+    (tmp_path / "own1").write_text("7:cpu,cpuacct:/grader\n5:memory:/grader\nnot a line\n")
+    # a container (v1): /proc/self/cgroup names the host's folder, absent here; the root is its own
+    (free / "memory").mkdir(parents=True)
+    (free / "memory" / "memory.limit_in_bytes").write_text(f"{512 * mb}\n")
+    (tmp_path / "own3").write_text("5:memory:/docker/0123abcd\n")
+    (tmp_path / "binary").write_bytes(b"\xff\xfe\x00")
+    assert gradescope.memory_limit_mb(v2, tmp_path / "own2") == 768  # the parent's limit holds
+    assert gradescope.memory_limit_mb(v2, tmp_path / "none") is None
     assert gradescope.memory_limit_mb(v1, tmp_path / "own1") == 2048
-    assert gradescope.memory_limit_mb(free, none) == 512  # a container: its own cgroup is the root
-    assert gradescope.memory_limit_mb(tmp_path / "empty", none) is None
+    assert gradescope.memory_limit_mb(free, tmp_path / "own3") == 512
+    assert gradescope.memory_limit_mb(free, tmp_path / "binary") == 512
+    assert gradescope.memory_limit_mb(tmp_path / "empty", tmp_path / "none") is None
     (note,) = gradescope.memory_note(768)
     assert "768 MB" in note and "1024 MB" in note and "Autograder Settings" in note
-    assert gradescope.memory_note(1024) == [] and gradescope.memory_note(None) == []
+    assert gradescope.memory_note(953) == [] and gradescope.memory_note(None) == []  # "1 GB" as 10**9 bytes
+    assert gradescope.memory_note(899) != []

@@ -438,46 +438,58 @@ def results_json(result: Result, course_nb: Any, seconds: float, notes: list[str
 
 
 #: The memory a grading run of any course notebook fits in (measured: every master graded, all
-#: passed, in a 1 GB cgroup; in 768 MB, Gradescope's default, 8 of the 12 lose their kernel or the
-#: judge's JAX process to the kernel's out-of-memory killer). docs/grading.md, section 5.
+#: passed, in a 1 GB cgroup; in 768 MB, Gradescope's default, 8 of the 12 lose their kernel or
+#: the judge to the kernel's out-of-memory killer). docs/grading.md, section 5.
 NEEDED_MB = 1024
+#: Below this, the results say so (a "1 GB" setting may be 10**9 bytes: no note for that).
+WARN_BELOW_MB = 900
 
 
 def memory_limit_mb(
     cgroup: Path = Path("/sys/fs/cgroup"), own: Path = Path("/proc/self/cgroup")
 ) -> Optional[int]:
-    """This process's memory limit in MB: cgroup v2's ``memory.max`` or v1's
-    ``memory.limit_in_bytes`` of its own cgroup (``own`` names it; in a container that is the
-    root), None when there is none or it cannot be read."""
-    places = []
+    """This process's memory limit in MB: the smallest ``memory.max`` (cgroup v2) or
+    ``memory.limit_in_bytes`` (v1) of its own cgroup, as ``own`` names it, and of every cgroup
+    above it up to the root (in a container, the root is its own); None when there is none or it
+    cannot be read. Never raises."""
     try:
-        for line in own.read_text().splitlines():
-            _, controllers, where = line.split(":", 2)
-            if controllers == "":
-                places.append(cgroup / where.lstrip("/") / "memory.max")
-            elif "memory" in controllers.split(","):
-                places.append(cgroup / "memory" / where.lstrip("/") / "memory.limit_in_bytes")
-    except (OSError, ValueError):
-        pass
-    places += [cgroup / "memory.max", cgroup / "memory" / "memory.limit_in_bytes"]
-    for path in places:
+        folders: list[Path] = [cgroup, cgroup / "memory"]
         try:
-            text = path.read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit() and int(text) < 1 << 50:
-            return int(text) // (1024 * 1024)
+            lines = own.read_text().splitlines()
+        except (OSError, UnicodeDecodeError):
+            lines = []
+        for line in lines:
+            parts = line.split(":", 2)
+            if len(parts) != 3:
+                continue
+            base = (
+                cgroup if parts[1] == "" else cgroup / "memory" if "memory" in parts[1].split(",") else None
+            )
+            if base is None:
+                continue
+            where = [p for p in parts[2].split("/") if p and p != ".."]
+            folders += [base.joinpath(*where[:n]) for n in range(1, len(where) + 1)]
+        limits = []
+        for folder in folders:
+            for name in ("memory.max", "memory.limit_in_bytes"):
+                try:
+                    text = (folder / name).read_text().strip()
+                except (OSError, UnicodeDecodeError, ValueError):
+                    continue
+                if text.isdigit() and int(text) < 1 << 50:
+                    limits.append(int(text) // (1024 * 1024))
+        return min(limits) if limits else None
+    except Exception:
         return None
-    return None
 
 
 def memory_note(limit_mb: Optional[int]) -> list[str]:
     """A line for the results when the container has less memory than a grading run needs."""
-    if limit_mb is None or limit_mb >= NEEDED_MB:
+    if limit_mb is None or limit_mb >= WARN_BELOW_MB:
         return []
     return [
-        f"This autograder has {limit_mb} MB of memory; the course's grading needs {NEEDED_MB} MB "
-        "(TensorFlow runs in the notebook's kernel and in the grader's judge), so a kernel may be "
+        f"This autograder has {limit_mb} MB of memory; the course's grading needs {NEEDED_MB} MB (the "
+        "notebook's kernel and the grader's judge each load TensorFlow or JAX), so a kernel may be "
         "killed and show as 'the kernel died'. Instructor: raise the memory in the assignment's "
         "Autograder Settings."
     ]
